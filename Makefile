@@ -1,0 +1,21 @@
+# The two commands: `make run` (set up and start the service) and `make test` (set up and test).
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+
+.PHONY: run test bench
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	touch $@
+
+run: $(VENV)/.installed
+	$(VENV)/bin/ba-agent serve
+
+test: $(VENV)/.installed
+	./scripts/ensure-postgres.sh
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed
+	$(PY) bench/ingest.py

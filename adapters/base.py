@@ -1,0 +1,56 @@
+"""The contract between the gateway and a chat platform adapter."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import Protocol
+
+from agent_core.messages import InboundMessage, OutboundReply
+
+
+class AcceptOutcome(StrEnum):
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+
+
+# The gateway's durable inbox. An adapter calls it once per parsed message and answers the
+# platform only after it returns: the message is committed to the database by then.
+AcceptMessage = Callable[[InboundMessage], Awaitable[AcceptOutcome]]
+
+
+class AnswerStream(Protocol):
+    """A reply being written live (a Slack message edited in place, a Feishu streaming card)."""
+
+    async def update(self, text_so_far: str) -> None:
+        """Show the answer so far (Markdown); implementations throttle platform calls."""
+
+    async def close(self) -> None:
+        """End streaming mode; the final answer follows through `Responder.deliver`."""
+
+
+class Responder(Protocol):
+    """Renders progress and answers back to one platform."""
+
+    platform: str
+
+    async def show_progress(self, msg: InboundMessage) -> None:
+        """Tell the user at once that the bot is on it (a reaction, a status line)."""
+
+    async def show_status(self, msg: InboundMessage, status: str) -> None:
+        """Update the progress line (e.g. "Running sql_query…"); best effort."""
+
+    async def open_stream(self, msg: InboundMessage, delivery_id: str) -> AnswerStream | None:
+        """Start a live answer, or None when the platform or configuration does not stream."""
+
+    async def deliver(
+        self, msg: InboundMessage, reply: OutboundReply, delivery_id: str, *, resumed: bool = False
+    ) -> None:
+        """Post the final answer in the right place.
+
+        Idempotent per `delivery_id`: `resumed` says an earlier attempt may have posted some or
+        all of it (a crash between posting and recording); nothing may then be posted twice.
+        """
+
+    async def clear_progress(self, msg: InboundMessage) -> None:
+        """Remove the progress indicator; best effort."""

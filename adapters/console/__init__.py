@@ -1,0 +1,1 @@
+"""A local terminal 'platform', for trying the agent without Slack or Feishu."""

@@ -1,0 +1,89 @@
+"""Settings of the Feishu / Lark adapter (built by the gateway from FEISHU_* environment variables)."""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+FEISHU_DOMAIN = "https://open.feishu.cn"
+LARK_DOMAIN = "https://open.larksuite.com"
+
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
+class FeishuConfig(BaseModel):
+    """One Feishu/Lark custom app.
+
+    Env vars (read by the gateway's settings): FEISHU_APP_ID, FEISHU_APP_SECRET,
+    FEISHU_VERIFICATION_TOKEN, FEISHU_ENCRYPT_KEY, FEISHU_DOMAIN, FEISHU_MODE.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    app_id: str = Field(min_length=1)
+    app_secret: SecretStr
+    verification_token: SecretStr | None = None
+    encrypt_key: SecretStr | None = None
+    # https://open.feishu.cn (Feishu, China) or https://open.larksuite.com (Lark, international).
+    domain: str = FEISHU_DOMAIN
+    # "webhook": Feishu POSTs events to /feishu/events; "websocket": the app dials out (long connection).
+    mode: Literal["webhook", "websocket"] = "webhook"
+
+    # A top-level group mention is answered as a topic reply (a thread) rather than a quote reply.
+    reply_in_thread: bool = True
+    # Whether "@all" in a group counts as addressing the bot.
+    respond_to_at_all: bool = False
+    # Messages created longer ago than this are dropped (redeliveries after a long outage).
+    max_event_age_s: int = Field(default=1800, gt=0)
+    # Accepted clock skew of X-Lark-Request-Timestamp on signed webhook requests.
+    timestamp_window_s: int = Field(default=300, gt=0)
+
+    # Answers as interactive cards (Markdown, tables); off → rich-text posts.
+    cards_enabled: bool = True
+    # Stream answers live into a CardKit card (needs cards_enabled and the cardkit:card:write scope).
+    streaming_cards: bool = True
+    # Minimum gap between two streaming updates of one card (Feishu allows 10 card ops/s per card).
+    stream_update_interval_ms: int = Field(default=300, ge=100)
+
+    # Outbound pacing per chat (Feishu: 5 messages/s to one chat).
+    sends_per_second_per_chat: float = Field(default=5.0, gt=0)
+    # Attachments larger than this are not downloaded.
+    max_download_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    # Long connection: restart the client when no frame (pong, event) arrived for this long.
+    # Feishu pings every 120 s by default, so a healthy connection is never silent that long.
+    ws_silence_timeout_s: float = Field(default=300.0, gt=0)
+
+    @field_validator("verification_token", "encrypt_key", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # An env var set to "" means "not configured", not "an empty secret".
+        return None if value == "" else value
+
+    @field_validator("domain")
+    @classmethod
+    def _origin_only(cls, value: str) -> str:
+        # The domain receives the app secret: accept an https origin only (http for loopback fakes).
+        value = value.rstrip("/")
+        parts = urlsplit(value)
+        loopback_http = parts.scheme == "http" and (parts.hostname or "") in _LOOPBACK_HOSTS
+        if not (parts.scheme == "https" or loopback_http):
+            raise ValueError(f"domain must be an https origin, got {value!r}")
+        if not parts.netloc or "@" in parts.netloc or parts.path or parts.query or parts.fragment:
+            raise ValueError(f"domain must be scheme://host[:port] only, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _webhook_needs_a_secret(self) -> FeishuConfig:
+        # Without a verification token or an encrypt key anyone could post events to the webhook.
+        if self.mode == "webhook" and self.verification_token is None and self.encrypt_key is None:
+            raise ValueError(
+                "webhook mode needs FEISHU_VERIFICATION_TOKEN or FEISHU_ENCRYPT_KEY (preferably both)"
+            )
+        return self
+
+    @property
+    def stream_enabled(self) -> bool:
+        """Whether answers are streamed into CardKit cards."""
+        return self.cards_enabled and self.streaming_cards

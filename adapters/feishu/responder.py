@@ -1,0 +1,312 @@
+"""Replies to Feishu: a "Typing" reaction, a live CardKit card, the answer in the right place, once.
+
+Where an answer goes: inside a topic (or a group mention with reply_in_thread) it is a topic reply
+to the user's message; a DM's top-level message gets a plain message in the chat; other group
+messages get a quote reply. Every message carries a `uuid` derived from the delivery id, so a
+retried delivery is deduplicated by Feishu (for an hour) instead of shown twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import mimetypes
+import re
+import time
+import uuid
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from adapters.feishu import render
+from adapters.feishu.client import FeishuApiError, FeishuClient
+from adapters.feishu.config import FeishuConfig
+from adapters.feishu.events import PLATFORM
+from agent_core.messages import Attachment, InboundMessage, OutboundFile, OutboundReply
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EMOJI = "Typing"
+INITIAL_STATUS = "Thinking…"
+# Image formats im/v1/images accepts; anything else is sent as a file.
+_IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ico"}
+_FILE_TYPES = {
+    ".pdf": "pdf",
+    ".doc": "doc",
+    ".docx": "doc",
+    ".xls": "xls",
+    ".xlsx": "xls",
+    ".ppt": "ppt",
+    ".pptx": "ppt",
+    ".mp4": "mp4",
+    ".opus": "opus",
+}
+# Fixed namespace: uuid5(namespace, delivery id + part) is the same in every process.
+_UUID_NAMESPACE = uuid.UUID("0b9f5f5e-6c1d-4f7e-9a51-7c2f4d0e8a13")
+_MAX_TRACKED_STREAMS = 256
+
+
+def delivery_uuid(*parts: str) -> str:
+    """The idempotency uuid of one message of a delivery (stable across retries)."""
+    return str(uuid.uuid5(_UUID_NAMESPACE, "\x1f".join(parts)))
+
+
+class FeishuAnswerStream:
+    """A CardKit card written live (implements adapters.base.AnswerStream).
+
+    Updates are coalesced: at most one card call per interval, always with the latest text,
+    and every call carries the next sequence number (calls are serialized, so they stay
+    strictly increasing).
+    """
+
+    def __init__(
+        self, client: FeishuClient, card_id: str, message_id: str, *, interval_s: float, shown: str
+    ) -> None:
+        self.card_id = card_id
+        self.message_id = message_id  # the user's message this card answers
+        self._client = client
+        self._interval_s = interval_s
+        self._sequence = 0
+        self._shown = shown
+        self._pending: str | None = None
+        self._answer_started = False
+        self._last_push = time.monotonic()
+        self._flusher: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self.closed = False
+        self.failed = False  # a card call failed: stop streaming; the final answer still comes
+
+    async def update(self, text_so_far: str) -> None:
+        """Show the answer so far (the part that fits one card); returns without waiting."""
+        preview = render.stream_preview(text_so_far)
+        if self.closed or self.failed or not preview.strip():
+            return
+        self._answer_started = True
+        self._schedule(preview)
+
+    def set_status(self, status: str) -> None:
+        """Replace the status line, until the answer itself starts."""
+        if not (self.closed or self.failed or self._answer_started):
+            self._schedule(render.status_markdown(status))
+
+    async def close(self) -> None:
+        """Flush the last update and end streaming mode."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._flusher is not None:
+            await self._flusher
+        if self.failed:
+            return
+        async with self._lock:
+            try:
+                await self._client.set_card_streaming(self.card_id, False, self._next_sequence())
+            except FeishuApiError as exc:
+                log.warning("feishu: could not end streaming of card %s: %s", self.card_id, exc)
+
+    async def finish(self, markdown: str) -> bool:
+        """End streaming and make `markdown` the card's final content; False if that failed."""
+        await self.close()
+        async with self._lock:
+            try:
+                await self._client.update_card(
+                    self.card_id, render.answer_card(markdown), self._next_sequence()
+                )
+            except FeishuApiError as exc:
+                log.warning("feishu: could not write the final answer into card %s: %s", self.card_id, exc)
+                return False
+        return True
+
+    def _schedule(self, text: str) -> None:
+        self._pending = text
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        while self._pending is not None and not self.failed:
+            wait = self._last_push + self._interval_s - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            text, self._pending = self._pending, None
+            if text is not None and text != self._shown:
+                await self._push(text)
+
+    async def _push(self, text: str) -> None:
+        async with self._lock:
+            try:
+                await self._client.stream_card_text(
+                    self.card_id, render.ANSWER_ELEMENT_ID, text, self._next_sequence()
+                )
+                self._shown = text
+            except FeishuApiError as exc:
+                self.failed = True
+                log.warning("feishu: streaming into card %s failed, stopping: %s", self.card_id, exc)
+            self._last_push = time.monotonic()
+
+    def _next_sequence(self) -> int:
+        self._sequence += 1
+        return self._sequence
+
+
+class FeishuResponder:
+    """Implements adapters.base.Responder for Feishu / Lark."""
+
+    platform = PLATFORM
+
+    def __init__(self, client: FeishuClient, config: FeishuConfig) -> None:
+        self._client = client
+        self._config = config
+        self._reactions: dict[str, str] = {}  # user message_id → our reaction_id
+        # Streams by delivery id, kept until the delivery succeeds so a retried deliver still
+        # finishes the same card.
+        self._streams: OrderedDict[str, FeishuAnswerStream] = OrderedDict()
+
+    async def show_progress(self, msg: InboundMessage) -> None:
+        """Put a "Typing" reaction on the user's message."""
+        try:
+            self._reactions[msg.message_id] = await self._client.add_reaction(msg.message_id, PROGRESS_EMOJI)
+        except FeishuApiError as exc:
+            log.info("feishu: no progress reaction on %s: %s", msg.message_id, exc)
+
+    async def show_status(self, msg: InboundMessage, status: str) -> None:
+        """Show the status in the message's streaming card, if one is open and still empty."""
+        for stream in self._streams.values():
+            if stream.message_id == msg.message_id and not stream.closed:
+                stream.set_status(status)
+
+    async def open_stream(self, msg: InboundMessage, delivery_id: str) -> FeishuAnswerStream | None:
+        """Post a streaming card that starts with a status line; None when not streaming."""
+        if not self._config.stream_enabled:
+            return None
+        existing = self._streams.get(delivery_id)
+        if existing is not None and not existing.closed:
+            return existing
+        shown = render.status_markdown(INITIAL_STATUS)
+        try:
+            card_id = await self._client.create_card(render.streaming_card(shown))
+            # The uuid includes the card: a new card (after a restart) must be posted, not
+            # deduplicated into the old, abandoned one.
+            await self._send(
+                msg,
+                "interactive",
+                {"type": "card", "data": {"card_id": card_id}},
+                delivery_uuid(delivery_id, "stream", card_id),
+            )
+        except FeishuApiError as exc:
+            log.warning("feishu: streaming card unavailable, answering at the end: %s", exc)
+            return None
+        stream = FeishuAnswerStream(
+            self._client,
+            card_id,
+            msg.message_id,
+            interval_s=self._config.stream_update_interval_ms / 1000,
+            shown=shown,
+        )
+        self._streams[delivery_id] = stream
+        while len(self._streams) > _MAX_TRACKED_STREAMS:
+            self._streams.popitem(last=False)
+        return stream
+
+    async def deliver(self, msg: InboundMessage, reply: OutboundReply, delivery_id: str) -> None:
+        """Post the final answer: into the streaming card if there is one, else as new messages.
+
+        Parts beyond one card's limits follow as further messages; files follow the text.
+        """
+        parts = render.split_markdown(reply.text)
+        stream = self._streams.get(delivery_id)
+        first = 0
+        if stream is not None:
+            if not parts:
+                parts = ["(see the attached files)" if reply.files else "(no answer)"]
+            if await stream.finish(parts[0]):
+                first = 1
+        for index in range(first, len(parts)):
+            await self._post_markdown(msg, parts[index], delivery_uuid(delivery_id, "text", str(index)))
+        for index, file in enumerate(reply.files):
+            await self._post_file(msg, file, delivery_uuid(delivery_id, "file", str(index)))
+        self._streams.pop(delivery_id, None)
+
+    async def clear_progress(self, msg: InboundMessage) -> None:
+        """Remove the "Typing" reaction."""
+        reaction_id = self._reactions.pop(msg.message_id, None)
+        if reaction_id is None:
+            return
+        try:
+            await self._client.remove_reaction(msg.message_id, reaction_id)
+        except FeishuApiError as exc:
+            log.info("feishu: could not remove reaction from %s: %s", msg.message_id, exc)
+
+    async def download_attachment(
+        self, msg: InboundMessage, attachment: Attachment, dest_dir: Path
+    ) -> Path:
+        """Download one of the message's attachments into `dest_dir`; returns the file's path.
+
+        Never overwrites: a name already taken gets a numeric suffix. Images are named after
+        their Content-Type. Raises AttachmentTooLarge past `max_download_bytes`.
+        """
+        kind = parse_qs(urlsplit(attachment.url or "").query).get("type", ["file"])[0]
+        kind = kind if kind in ("image", "file") else "file"
+        await asyncio.to_thread(dest_dir.mkdir, parents=True, exist_ok=True)
+        name = _safe_name(attachment.name)
+        partial = dest_dir / f".{name}.{uuid.uuid4().hex[:8]}.part"
+        download = await self._client.download_resource(
+            msg.message_id, attachment.file_id, kind, partial, max_bytes=self._config.max_download_bytes
+        )
+        if kind == "image" and not Path(name).suffix:
+            name += mimetypes.guess_extension(download.content_type) or ""
+        return await asyncio.to_thread(_move_unique, partial, dest_dir, name)
+
+    async def _post_markdown(self, msg: InboundMessage, markdown: str, key: str) -> None:
+        if self._config.cards_enabled:
+            try:
+                await self._send(msg, "interactive", render.answer_card(markdown), delivery_uuid(key, "card"))
+                return
+            except FeishuApiError as exc:
+                log.warning("feishu: card reply failed, sending a post instead: %s", exc)
+        await self._send(msg, "post", render.post_content(markdown), delivery_uuid(key, "post"))
+
+    async def _post_file(self, msg: InboundMessage, file: OutboundFile, key: str) -> None:
+        path = Path(file.path)
+        try:
+            if path.suffix.lower() in _IMAGE_SUFFIXES:
+                msg_type, content = "image", {"image_key": await self._client.upload_image(path)}
+            else:
+                file_type = _FILE_TYPES.get(path.suffix.lower(), "stream")
+                file_key = await self._client.upload_file(path, file_type, path.name)
+                msg_type, content = "file", {"file_key": file_key}
+        except (FeishuApiError, OSError) as exc:
+            log.warning("feishu: could not upload %s: %s", path, exc)
+            note = render.text_content(f"(Could not attach {file.title or path.name}.)")
+            await self._send(msg, "text", note, delivery_uuid(key, "note"))
+            return
+        await self._send(msg, msg_type, content, key)
+
+    async def _send(self, msg: InboundMessage, msg_type: str, content: dict[str, Any], uuid_: str) -> str:
+        """Post one message where the conversation lives; returns its message_id."""
+        if msg.reply_in_thread is not None or not msg.is_dm:
+            return await self._client.reply_message(
+                msg.message_id,
+                msg_type,
+                content,
+                chat_id=msg.channel,
+                reply_in_thread=msg.reply_in_thread is not None,
+                uuid=uuid_,
+            )
+        return await self._client.send_message(msg.channel, msg_type, content, uuid=uuid_)
+
+
+def _safe_name(name: str) -> str:
+    """A file name without directories, control characters or a leading dot."""
+    base = re.sub(r"[\x00-\x1f/\\]", "_", name.replace("\\", "/").rsplit("/", 1)[-1]).lstrip(". ")
+    return base[:200] or "attachment"
+
+
+def _move_unique(source: Path, directory: Path, name: str) -> Path:
+    stem, suffix = Path(name).stem, Path(name).suffix
+    target, n = directory / name, 1
+    while target.exists():
+        n += 1
+        target = directory / f"{stem}-{n}{suffix}"
+    source.replace(target)
+    return target

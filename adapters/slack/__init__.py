@@ -1,0 +1,1 @@
+"""Slack: Events API over HTTP via slack-bolt, replies via slack-sdk."""

@@ -1,0 +1,116 @@
+"""Slack event payloads → `InboundMessage`, or the reason an event is not for the bot.
+
+Rules: a top-level channel message reaches us as `app_mention`; follow-ups in a channel thread
+the bot is already part of come as `message` (unless mentions are required); DMs come as
+`message` with `channel_type: im`. One mention is delivered as both `app_mention` and `message`:
+the `message` copy is dropped here (the inbox's message dedupe catches anything left).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from agent_core.messages import Attachment, InboundMessage, ThreadKey
+
+PLATFORM = "slack"
+DM_ROOT = "main"
+_ALLOWED_SUBTYPES = {None, "file_share"}
+
+
+@dataclass(frozen=True)
+class Ignored:
+    reason: str
+
+
+def strip_mention(text: str, bot_user_id: str) -> str:
+    """Remove the bot's own mention(s) (`<@U123>` or `<@U123|name>`) and tidy whitespace."""
+    return re.sub(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>", "", text).strip()
+
+
+def mentions(text: str, bot_user_id: str) -> bool:
+    return re.search(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>", text or "") is not None
+
+
+def _attachments(event: dict[str, Any]) -> list[Attachment]:
+    return [
+        Attachment(
+            file_id=f["id"],
+            name=f.get("name") or f.get("title") or f["id"],
+            mime_type=f.get("mimetype") or "application/octet-stream",
+            size=f.get("size"),
+            url=f.get("url_private_download") or f.get("url_private"),
+        )
+        for f in event.get("files") or []
+        if f.get("id")
+    ]
+
+
+def thread_key_for(team: str, channel: str, root: str) -> ThreadKey:
+    return ThreadKey(platform=PLATFORM, workspace=team, channel=channel, root=root)
+
+
+def parse_event(
+    event_id: str,
+    team_id: str,
+    event: dict[str, Any],
+    bot_user_id: str,
+    bot_id: str | None,
+    in_known_thread: bool,
+    require_mention_in_threads: bool,
+) -> InboundMessage | Ignored:
+    """Decide whether an Events API `event` is a message for the bot and parse it."""
+    kind = event.get("type")
+    if kind not in ("app_mention", "message"):
+        return Ignored(f"event type {kind}")
+    if event.get("subtype") not in _ALLOWED_SUBTYPES:
+        return Ignored(f"subtype {event.get('subtype')}")
+    if event.get("bot_id") or event.get("user") in (None, bot_user_id) or (bot_id and event.get("bot_id") == bot_id):
+        return Ignored("not from a person")
+
+    channel = event["channel"]
+    ts = event["ts"]
+    thread_ts = event.get("thread_ts")
+    text = event.get("text") or ""
+    team = event.get("team") or team_id
+    is_dm = kind == "message" and event.get("channel_type") == "im"
+
+    if is_dm:
+        in_thread = bool(thread_ts) and thread_ts != ts
+        root = thread_ts if in_thread else DM_ROOT
+        reply_in = thread_ts if in_thread else None
+    elif kind == "app_mention":
+        root = thread_ts or ts
+        reply_in = root
+    else:
+        if mentions(text, bot_user_id):
+            return Ignored("channel mention (answered through app_mention)")
+        if not thread_ts or thread_ts == ts:
+            return Ignored("top-level channel message without a mention")
+        if require_mention_in_threads or not in_known_thread:
+            return Ignored("thread message not addressed to the bot")
+        root = thread_ts
+        reply_in = thread_ts
+
+    return InboundMessage(
+        platform=PLATFORM,
+        event_id=event_id,
+        message_id=ts,
+        workspace=team,
+        channel=channel,
+        thread=thread_key_for(team, channel, root),
+        reply_in_thread=reply_in,
+        user=event["user"],
+        text=strip_mention(text, bot_user_id),
+        is_dm=is_dm,
+        attachments=_attachments(event),
+    )
+
+
+def candidate_thread(team_id: str, event: dict[str, Any]) -> ThreadKey | None:
+    """The thread a channel `message` event would continue, to ask whether the bot is in it."""
+    thread_ts = event.get("thread_ts")
+    if event.get("type") != "message" or not thread_ts or event.get("channel_type") == "im":
+        return None
+    return thread_key_for(event.get("team") or team_id, event["channel"], thread_ts)

@@ -1,0 +1,99 @@
+"""Replies to Slack: progress reaction, answers in the right thread, exactly once."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.render import split_markdown
+from agent_core.messages import InboundMessage, OutboundReply
+
+log = logging.getLogger(__name__)
+
+PROGRESS_REACTION = "eyes"
+REPLY_EVENT_TYPE = "ba_agent_reply"
+
+
+class SlackResponder:
+    """Implements `adapters.base.Responder` for Slack."""
+
+    platform = "slack"
+
+    def __init__(self, client: AsyncWebClient) -> None:
+        self._client = client
+
+    async def show_progress(self, msg: InboundMessage) -> None:
+        await self._best_effort(
+            "reactions.add", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
+        )
+
+    async def show_status(self, msg: InboundMessage, status: str) -> None:
+        # The status line exists only in Slack's assistant threads (DM threads of AI apps).
+        if msg.is_dm and msg.reply_in_thread:
+            await self._best_effort(
+                "assistant.threads.setStatus",
+                channel_id=msg.channel,
+                thread_ts=msg.reply_in_thread,
+                status=status,
+            )
+
+    async def open_stream(self, msg: InboundMessage, delivery_id: str) -> None:
+        return None
+
+    async def deliver(
+        self, msg: InboundMessage, reply: OutboundReply, delivery_id: str, *, resumed: bool = False
+    ) -> None:
+        parts = split_markdown(reply.text)
+        already = await self._posted_parts(msg, delivery_id) if resumed else set()
+        for index, part in enumerate(parts):
+            if index in already:
+                continue
+            await self._client.chat_postMessage(
+                channel=msg.channel,
+                thread_ts=msg.reply_in_thread,
+                markdown_text=part,
+                metadata={
+                    "event_type": REPLY_EVENT_TYPE,
+                    "event_payload": {"delivery_id": delivery_id, "part": index},
+                },
+            )
+        for file in reply.files:
+            await self._client.files_upload_v2(
+                channel=msg.channel,
+                thread_ts=msg.reply_in_thread,
+                file=file.path,
+                title=file.title,
+                filename=file.title,
+            )
+
+    async def clear_progress(self, msg: InboundMessage) -> None:
+        await self._best_effort(
+            "reactions.remove", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
+        )
+
+    async def _posted_parts(self, msg: InboundMessage, delivery_id: str) -> set[int]:
+        """Parts of this delivery already in the conversation (found by their message metadata)."""
+        if msg.reply_in_thread:
+            response = await self._client.conversations_replies(
+                channel=msg.channel, ts=msg.reply_in_thread, include_all_metadata=True, limit=200
+            )
+        else:
+            response = await self._client.conversations_history(
+                channel=msg.channel, oldest=msg.message_id, include_all_metadata=True, limit=200
+            )
+        found: set[int] = set()
+        for message in response.get("messages", []):
+            meta: dict[str, Any] = message.get("metadata") or {}
+            payload = meta.get("event_payload") or {}
+            if meta.get("event_type") == REPLY_EVENT_TYPE and payload.get("delivery_id") == delivery_id:
+                found.add(int(payload.get("part", 0)))
+        return found
+
+    async def _best_effort(self, method: str, **params: Any) -> None:
+        try:
+            await self._client.api_call(method, json=params)
+        except SlackApiError as exc:
+            log.debug("%s failed: %s", method, exc.response.get("error"))

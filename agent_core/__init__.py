@@ -1,0 +1,1 @@
+"""Platform-agnostic agent core: message model, ReAct loop, tools, skills, persisted threads."""

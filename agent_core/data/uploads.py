@@ -1,0 +1,676 @@
+"""Conversation workspaces: uploaded files become DuckDB tables the model can query.
+
+Each conversation has one DuckDB *workspace* file. :func:`load_upload` turns an uploaded CSV,
+TSV, Excel (.xlsx), Parquet or JSON file into tables there; :func:`list_tables` and
+:func:`describe_table` inspect any DuckDB file (the workspace or the demo database); and
+:func:`run_duckdb_query` runs a guarded, read-only, time- and size-capped query.
+
+Names the model sees in :func:`run_duckdb_query`:
+
+* uploaded tables are in the workspace's default schema, unqualified: ``SELECT * FROM orders_2026``
+  (``main.orders_2026`` also works);
+* the demo database is attached read-only as catalog ``demo``: ``SELECT * FROM demo.sales``.
+
+Safety layers of a query: the SQL guard (:func:`agent_core.data.sql_guard.ensure_read_only`),
+then a connection that opens the workspace with ``read_only=True``, attaches the demo database
+``READ_ONLY``, disables external access (no file, network or extension access, so ``ATTACH``,
+``COPY`` and ``read_csv`` fail even if the guard missed them) and locks the configuration so
+the query cannot re-enable anything. A timer thread interrupts the query at its deadline.
+
+DuckDB allows only one configuration of a database file per process at a time (an upload's
+read-write connection and a query's read-only one cannot coexist), so every access to a
+workspace file from this module holds a per-file lock; across processes DuckDB's own file
+lock applies and a conflicting access fails with :class:`QueryFailed` / :class:`UploadError`.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import tempfile
+import threading
+import time
+import unicodedata
+import zipfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import date, datetime, time as dt_time
+from pathlib import Path
+from typing import Any
+
+import charset_normalizer
+import duckdb
+from pydantic import BaseModel, Field
+
+from agent_core.data.demo import DEMO_CATALOG
+from agent_core.data.errors import (
+    MalformedUpload,
+    QueryFailed,
+    QueryTimeout,
+    TableNotFound,
+    UploadTooLarge,
+    UnsupportedUploadType,
+)
+from agent_core.data.sql_guard import ensure_read_only, with_row_limit
+
+# Never let DuckDB fetch an extension at run time: the machine has no internet, and a query
+# must not be able to pull code in. Parquet and JSON are built into the Python wheel.
+DUCKDB_BASE_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+
+# Bookkeeping table in each workspace: which table came from which uploaded file.
+_UPLOADS_TABLE = "_ba_uploads"
+_CSV_SUFFIXES = {".csv": ",", ".tsv": "\t", ".tab": "\t", ".txt": None}
+_JSON_SUFFIXES = {".json", ".jsonl", ".ndjson"}
+_EXCEL_SUFFIXES = {".xlsx", ".xlsm"}
+_PARQUET_SUFFIXES = {".parquet", ".pq"}
+_MAX_NAME_LENGTH = 48
+_SAMPLE_ROWS = 5
+
+_NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                  "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL")
+_TEMPORAL_TYPES = ("DATE", "TIME", "TIMESTAMP")
+
+
+# --- models ----------------------------------------------------------------------------------
+
+
+class UploadLimits(BaseModel):
+    """Caps applied to one uploaded file."""
+
+    max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    max_rows: int = Field(default=1_000_000, gt=0)  # per table (sheet)
+
+
+class ColumnInfo(BaseModel):
+    name: str
+    type: str
+
+
+class LoadedTable(BaseModel):
+    """One table created from an upload."""
+
+    table_name: str
+    source_file: str
+    sheet: str | None = None
+    row_count: int
+    columns: list[ColumnInfo]
+    detected_encoding: str | None = None  # None for binary formats (xlsx, parquet)
+    notes: list[str] = Field(default_factory=list)
+
+
+class TableInfo(BaseModel):
+    name: str
+    row_count: int
+    column_count: int
+    source_file: str | None = None
+    sheet: str | None = None
+
+
+class ColumnStats(BaseModel):
+    name: str
+    type: str
+    null_share: float  # 0..1; 0 for an empty table
+    distinct_count: int  # approximate
+    min: Any = None  # only for numeric and date/time columns
+    max: Any = None
+
+
+class TableDescription(BaseModel):
+    name: str
+    row_count: int
+    columns: list[ColumnStats]
+    sample_rows: list[list[Any]]
+
+
+class QueryResult(BaseModel):
+    """Rows of a guarded query, with the caps that applied."""
+
+    sql: str  # the normalized SQL that ran (before the row cap was pushed into it)
+    columns: list[str]
+    column_types: list[str]
+    rows: list[list[Any]]
+    row_count: int
+    truncated: bool  # True if more rows existed than row_cap / byte_cap allowed
+    elapsed_ms: int
+
+
+# --- uploads ---------------------------------------------------------------------------------
+
+
+def load_upload(
+    db_path: Path, file_path: Path, original_name: str, limits: UploadLimits | None = None
+) -> list[LoadedTable]:
+    """Load one uploaded file into the workspace database at ``db_path``.
+
+    ``original_name`` is the file name the user uploaded (it decides the table name and the
+    format). A CSV/TSV/JSON/Parquet file becomes one table; an .xlsx file one table per
+    non-empty sheet. Uploading a file with the same ``original_name`` again replaces the tables
+    it created before; other name clashes get a numeric suffix.
+
+    Everything happens in one transaction: on any error nothing of the file is stored.
+    Raises :class:`UploadTooLarge`, :class:`UnsupportedUploadType` or :class:`MalformedUpload`.
+    """
+    limits = limits or UploadLimits()
+    file_path = Path(file_path)
+    size = file_path.stat().st_size
+    if size > limits.max_bytes:
+        raise UploadTooLarge(
+            f"{original_name} is {_human_bytes(size)}; the upload limit is "
+            f"{_human_bytes(limits.max_bytes)}. Upload a smaller extract (fewer rows or columns)."
+        )
+    if size == 0:
+        raise MalformedUpload(f"{original_name} is empty.")
+    suffix = Path(original_name).suffix.lower() or file_path.suffix.lower()
+    if suffix not in (_CSV_SUFFIXES.keys() | _JSON_SUFFIXES | _EXCEL_SUFFIXES | _PARQUET_SUFFIXES):
+        hint = " Save it as .xlsx first." if suffix in {".xls", ".numbers", ".ods"} else ""
+        raise UnsupportedUploadType(
+            f"{original_name}: files of type '{suffix or 'unknown'}' cannot be loaded as a table. "
+            f"Supported: CSV, TSV, Excel (.xlsx), Parquet, JSON / JSON lines.{hint}"
+        )
+
+    db_path = Path(db_path)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ba-upload-") as scratch, _workspace_lock(db_path):
+        sources = _prepare_sources(file_path, original_name, suffix, Path(scratch), limits)
+        with duckdb.connect(str(db_path), config=DUCKDB_BASE_CONFIG) as conn:
+            return _store_tables(conn, sources, original_name, limits)
+
+
+class _Source(BaseModel):
+    """One table-to-be: a DuckDB table-function call reading a prepared file."""
+
+    reader_sql: str  # e.g. "read_csv($path, ...)"; $path is bound separately
+    path: str
+    sheet: str | None = None
+    sheet_index: int = 0  # position in the workbook, for names of sheets without ASCII letters
+    encoding: str | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+def _prepare_sources(
+    file_path: Path, original_name: str, suffix: str, scratch: Path, limits: UploadLimits
+) -> list[_Source]:
+    """Turn the upload into files DuckDB can read natively (UTF-8 text or Parquet)."""
+    if suffix in _PARQUET_SUFFIXES:
+        return [_Source(reader_sql="read_parquet($path)", path=str(file_path))]
+    if suffix in _EXCEL_SUFFIXES:
+        return _excel_sources(file_path, original_name, scratch, limits)
+    text, encoding = _decode(file_path.read_bytes(), original_name)
+    utf8_path = scratch / f"upload{suffix}"
+    utf8_path.write_text(text, encoding="utf-8")
+    notes = [] if encoding in ("utf-8", "ascii") else [f"Transcoded from {encoding} to UTF-8."]
+    if suffix in _JSON_SUFFIXES:
+        # format='auto' accepts a JSON array of objects as well as JSON lines.
+        reader = "read_json($path, format='auto', sample_size=-1)"
+    else:
+        delimiter = _CSV_SUFFIXES[suffix]
+        delim_arg = "" if delimiter is None else f", delim='{delimiter}'"
+        # sample_size=-1: detect types from every row (files are capped), so a late odd value
+        # does not fail the load; header=true because business exports always have one.
+        reader = f"read_csv($path, header=true, sample_size=-1{delim_arg})"
+    return [_Source(reader_sql=reader, path=str(utf8_path), encoding=encoding, notes=notes)]
+
+
+def _decode(raw: bytes, original_name: str) -> tuple[str, str]:
+    """Decode text bytes: UTF-8 (with or without BOM), then GB18030 (a superset of GBK, the usual
+    encoding of Chinese Excel/CSV exports), then charset-normalizer's best guess."""
+    for bom, encoding in ((b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16")):
+        if raw.startswith(bom):
+            return raw.decode(encoding), "utf-16"
+    try:
+        return raw.decode("utf-8-sig"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    try:
+        return raw.decode("gb18030"), "gb18030"
+    except UnicodeDecodeError:
+        pass
+    best = charset_normalizer.from_bytes(raw).best()
+    if best is None:
+        raise MalformedUpload(
+            f"{original_name}: the text encoding could not be recognised. Save it as UTF-8."
+        )
+    return str(best), best.encoding
+
+
+def _excel_sources(
+    file_path: Path, original_name: str, scratch: Path, limits: UploadLimits
+) -> list[_Source]:
+    """Write each non-empty sheet as a UTF-8 CSV; DuckDB then detects column types."""
+    # Imported here: openpyxl is only needed for Excel uploads and is slow to import.
+    import openpyxl
+    from openpyxl.utils.exceptions import InvalidFileException
+
+    try:
+        workbook = openpyxl.load_workbook(file_path, read_only=True, data_only=True)
+    except (InvalidFileException, zipfile.BadZipFile, KeyError, OSError, ValueError) as error:
+        # A corrupt file, or another format renamed to .xlsx.
+        raise MalformedUpload(f"{original_name} is not a readable .xlsx workbook.") from error
+    sources: list[_Source] = []
+    try:
+        for index, sheet in enumerate(workbook.worksheets):
+            csv_path = scratch / f"sheet_{index}.csv"
+            written = _sheet_to_csv(sheet.iter_rows(values_only=True), csv_path, limits,
+                                    f"{original_name} / {sheet.title}")
+            if written:
+                sources.append(_Source(
+                    reader_sql="read_csv($path, header=true, sample_size=-1, delim=',', quote='\"')",
+                    path=str(csv_path),
+                    sheet=sheet.title,
+                    sheet_index=index,
+                ))
+    finally:
+        workbook.close()
+    if not sources:
+        raise MalformedUpload(f"{original_name} has no sheet with data.")
+    return sources
+
+
+def _sheet_to_csv(
+    rows: Iterator[Sequence[Any]], target: Path, limits: UploadLimits, label: str
+) -> bool:
+    """Write a sheet's rows to CSV starting at its first non-empty row (the header).
+
+    Returns False for a sheet without any data row. Raises :class:`UploadTooLarge` as soon as
+    the row cap is passed, so a huge sheet is never fully read.
+    """
+    with target.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        width = 0
+        data_rows = -1  # the header does not count
+        for row in rows:
+            cells = [_excel_cell(value) for value in row]
+            if not any(cells):
+                continue  # blank rows (often above the header or between blocks)
+            if width == 0:
+                # Trailing empty header cells are formatting leftovers, not columns.
+                width = max(i + 1 for i, cell in enumerate(cells) if cell)
+            writer.writerow((cells + [""] * width)[:width])
+            data_rows += 1
+            if data_rows > limits.max_rows:
+                raise UploadTooLarge(
+                    f"{label} has more than {limits.max_rows:,} rows, the upload limit."
+                )
+    return data_rows > 0
+
+
+def _excel_cell(value: Any) -> str:
+    """Excel cell value as CSV text that DuckDB's type detection reads back correctly."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.date().isoformat() if value.time() == dt_time(0) else value.isoformat(sep=" ")
+    if isinstance(value, (date, dt_time)):
+        return value.isoformat()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _store_tables(
+    conn: duckdb.DuckDBPyConnection, sources: list[_Source], original_name: str, limits: UploadLimits
+) -> list[LoadedTable]:
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {_UPLOADS_TABLE} (table_name VARCHAR PRIMARY KEY, "
+        "original_name VARCHAR NOT NULL, sheet VARCHAR, loaded_at TIMESTAMP NOT NULL)"
+    )
+    reserved = {row[0] for row in conn.execute(
+        "SELECT keyword_name FROM duckdb_keywords() WHERE keyword_category <> 'unreserved'"
+    ).fetchall()}
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        replaced = [row[0] for row in conn.execute(
+            f"SELECT table_name FROM {_UPLOADS_TABLE} WHERE original_name = ?", [original_name]
+        ).fetchall()]
+        for table in replaced:
+            conn.execute(f"DROP TABLE IF EXISTS {quote_identifier(table)}")
+        conn.execute(f"DELETE FROM {_UPLOADS_TABLE} WHERE original_name = ?", [original_name])
+        taken = {name.lower() for name in _main_tables(conn)}
+        loaded = []
+        for source in sources:
+            base = table_name_for(original_name, source.sheet, source.sheet_index, reserved)
+            name = _dedupe(base, taken)
+            taken.add(name)
+            loaded.append(_load_one(conn, source, name, original_name, limits))
+            conn.execute(
+                f"INSERT INTO {_UPLOADS_TABLE} VALUES (?, ?, ?, current_localtimestamp())",
+                [name, original_name, source.sheet],
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    if replaced:
+        loaded[0].notes.append(
+            f"Replaced the tables from the previous upload of {original_name}: "
+            f"{', '.join(replaced)}."
+        )
+    return loaded
+
+
+def _load_one(
+    conn: duckdb.DuckDBPyConnection, source: _Source, name: str, original_name: str,
+    limits: UploadLimits,
+) -> LoadedTable:
+    label = original_name if source.sheet is None else f"{original_name} / {source.sheet}"
+    try:
+        # One row past the cap is enough to know the file is too long.
+        conn.execute(
+            f"CREATE TABLE {quote_identifier(name)} AS "
+            f"SELECT * FROM {source.reader_sql} LIMIT {limits.max_rows + 1}",
+            {"path": source.path},
+        )
+    except duckdb.Error as error:
+        raise MalformedUpload(f"{label} could not be read as a table: {_first_line(error)}") from error
+    row_count = conn.execute(f"SELECT count(*) FROM {quote_identifier(name)}").fetchone()[0]
+    if row_count > limits.max_rows:
+        raise UploadTooLarge(f"{label} has more than {limits.max_rows:,} rows, the upload limit.")
+    if row_count == 0:
+        raise MalformedUpload(f"{label} has a header but no data rows.")
+    columns = [ColumnInfo(name=col, type=typ) for col, typ in conn.execute(
+        "SELECT column_name, data_type FROM duckdb_columns() "
+        "WHERE database_name = current_database() AND schema_name = 'main' AND table_name = ? "
+        "ORDER BY column_index", [name]
+    ).fetchall()]
+    return LoadedTable(
+        table_name=name,
+        source_file=original_name,
+        sheet=source.sheet,
+        row_count=row_count,
+        columns=columns,
+        detected_encoding=source.encoding,
+        notes=list(source.notes),
+    )
+
+
+def table_name_for(
+    original_name: str, sheet: str | None = None, index: int = 0, reserved: set[str] | None = None
+) -> str:
+    """A clean lower-case snake_case ASCII table name for an uploaded file (and sheet).
+
+    Non-ASCII letters are decomposed and dropped (``Café`` → ``cafe``); a name with nothing
+    left (e.g. all Chinese) falls back to ``upload`` (and ``sheet<N>`` for a sheet). Names
+    starting with a digit get a ``t_`` prefix; SQL keywords get a ``_data`` suffix.
+    """
+    stem = _snake(Path(original_name).stem) or "upload"
+    if sheet is not None:
+        stem = f"{stem}_{_snake(sheet) or f'sheet{index + 1}'}"
+    name = stem[:_MAX_NAME_LENGTH].rstrip("_")
+    if name[0].isdigit():
+        name = f"t_{name}"
+    if reserved and name in reserved:
+        name = f"{name}_data"
+    return name
+
+
+def _snake(text: str) -> str:
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    return re.sub(r"[^a-z0-9]+", "_", ascii_text.lower()).strip("_")
+
+
+def _dedupe(name: str, taken: set[str]) -> str:
+    candidate, counter = name, 2
+    while candidate in taken:
+        candidate = f"{name}_{counter}"
+        counter += 1
+    return candidate
+
+
+# --- inspection ------------------------------------------------------------------------------
+
+
+def list_tables(db_path: Path) -> list[TableInfo]:
+    """Tables of a DuckDB file (its ``main`` schema), without internal bookkeeping tables."""
+    db_path = Path(db_path)
+    if not db_path.exists():
+        return []
+    with _read_connection(db_path) as conn:
+        sources = _upload_sources(conn)
+        rows = conn.execute(
+            "SELECT table_name, estimated_size, column_count FROM duckdb_tables() "
+            "WHERE database_name = current_database() AND schema_name = 'main' "
+            "AND NOT starts_with(table_name, '_') ORDER BY table_name"
+        ).fetchall()
+        tables = []
+        for name, _, column_count in rows:
+            # estimated_size is not exact; a count(*) is cheap in DuckDB.
+            row_count = conn.execute(f"SELECT count(*) FROM {quote_identifier(name)}").fetchone()[0]
+            source_file, sheet = sources.get(name, (None, None))
+            tables.append(TableInfo(name=name, row_count=row_count, column_count=column_count,
+                                    source_file=source_file, sheet=sheet))
+    return tables
+
+
+def describe_table(db_path: Path, table: str) -> TableDescription:
+    """Columns with types, null share, approximate distinct count and (for numbers and dates)
+    min/max, plus the row count and a few sample rows of one table of a DuckDB file."""
+    db_path = Path(db_path)
+    if not db_path.exists():
+        raise TableNotFound(f"There is no table {table!r}: no tables have been loaded yet.")
+    with _read_connection(db_path) as conn:
+        names = [row[0] for row in conn.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = 'main' AND NOT starts_with(table_name, '_')"
+        ).fetchall()]
+        if table not in names:
+            raise TableNotFound(
+                f"There is no table {table!r}. Available tables: {', '.join(sorted(names)) or 'none'}."
+            )
+        quoted = quote_identifier(table)
+        columns = conn.execute(
+            "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = "
+            "current_database() AND schema_name = 'main' AND table_name = ? ORDER BY column_index",
+            [table],
+        ).fetchall()
+        aggregates = ["count(*)"]
+        for name, data_type in columns:
+            col = quote_identifier(name)
+            aggregates += [f"count({col})", f"approx_count_distinct({col})"]
+            if _has_range(data_type):
+                aggregates += [f"min({col})", f"max({col})"]
+        stats = conn.execute(f"SELECT {', '.join(aggregates)} FROM {quoted}").fetchone()
+        sample = conn.execute(f"SELECT * FROM {quoted} LIMIT {_SAMPLE_ROWS}").fetchall()
+    row_count, values = stats[0], iter(stats[1:])
+    described = []
+    for name, data_type in columns:
+        non_null, distinct = next(values), next(values)
+        low, high = (next(values), next(values)) if _has_range(data_type) else (None, None)
+        described.append(ColumnStats(
+            name=name,
+            type=data_type,
+            null_share=round(1 - non_null / row_count, 4) if row_count else 0.0,
+            distinct_count=distinct,
+            min=low,
+            max=high,
+        ))
+    return TableDescription(name=table, row_count=row_count, columns=described,
+                            sample_rows=[list(row) for row in sample])
+
+
+def _has_range(data_type: str) -> bool:
+    return data_type.startswith(_NUMERIC_TYPES + _TEMPORAL_TYPES)
+
+
+def _upload_sources(conn: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str | None]]:
+    exists = conn.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name = ?", [_UPLOADS_TABLE]
+    ).fetchone()[0]
+    if not exists:
+        return {}
+    rows = conn.execute(f"SELECT table_name, original_name, sheet FROM {_UPLOADS_TABLE}").fetchall()
+    return {name: (original, sheet) for name, original, sheet in rows}
+
+
+# --- queries ---------------------------------------------------------------------------------
+
+
+def run_duckdb_query(
+    workspace_db: Path | None,
+    sql: str,
+    *,
+    demo_db: Path | None = None,
+    row_cap: int = 1000,
+    byte_cap: int = 1_000_000,
+    timeout_s: float = 30.0,
+) -> QueryResult:
+    """Run one guarded read-only query over a conversation's tables and the demo data.
+
+    ``workspace_db`` (may be None or not yet exist: no uploads) provides the unqualified tables;
+    ``demo_db``, if given, is attached read-only as catalog ``demo`` (``demo.sales``).
+    At most ``row_cap`` rows and about ``byte_cap`` bytes of values (their text length) are
+    returned; ``truncated`` says whether more existed. Raises :class:`UnsafeSQLError` for
+    refused SQL, :class:`QueryTimeout` past ``timeout_s`` and :class:`QueryFailed` for errors
+    reported by DuckDB (unknown column, type mismatch …).
+    """
+    safe_sql = ensure_read_only(sql, "duckdb")
+    capped_sql = with_row_limit(safe_sql, row_cap + 1, "duckdb")
+    workspace = Path(workspace_db) if workspace_db is not None else None
+    has_workspace = workspace is not None and workspace.exists()
+    started = time.monotonic()
+    with (_workspace_lock(workspace) if has_workspace else _no_lock()):
+        with _query_connection(workspace if has_workspace else None, demo_db) as conn:
+            timer = threading.Timer(timeout_s, conn.interrupt)
+            timer.start()
+            try:
+                cursor = conn.execute(capped_sql)
+                columns = [d[0] for d in cursor.description]
+                column_types = [str(d[1]) for d in cursor.description]
+                rows, truncated = fetch_capped(cursor.fetchmany, row_cap, byte_cap)
+            except duckdb.InterruptException as error:
+                raise QueryTimeout(
+                    f"The query was cancelled after {timeout_s:g} s. Aggregate more or filter to "
+                    f"fewer rows."
+                ) from error
+            except duckdb.Error as error:
+                raise QueryFailed(f"DuckDB error: {_first_line(error)}") from error
+            finally:
+                timer.cancel()
+    return QueryResult(
+        sql=safe_sql,
+        columns=columns,
+        column_types=column_types,
+        rows=rows,
+        row_count=len(rows),
+        truncated=truncated,
+        elapsed_ms=round((time.monotonic() - started) * 1000),
+    )
+
+
+def fetch_capped(
+    fetchmany: Any, row_cap: int, byte_cap: int, batch_size: int = 500
+) -> tuple[list[list[Any]], bool]:
+    """Fetch rows through a DB-API ``fetchmany`` until the row or byte cap is reached.
+
+    The byte size of a row is the text length of its values — a cheap, driver-independent
+    estimate of what the rows cost once shown to the model. Returns ``(rows, truncated)``.
+    """
+    rows: list[list[Any]] = []
+    used = 0
+    while True:
+        batch = fetchmany(min(batch_size, row_cap + 1 - len(rows)))
+        if not batch:
+            return rows, False
+        for row in batch:
+            if len(rows) == row_cap:
+                return rows, True
+            used += sum(len(str(value)) for value in row if value is not None)
+            if used > byte_cap and rows:
+                return rows, True
+            rows.append(list(row))
+
+
+@contextmanager
+def _query_connection(
+    workspace: Path | None, demo_db: Path | None
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    target = str(workspace) if workspace is not None else ":memory:"
+    try:
+        conn = duckdb.connect(target, read_only=workspace is not None, config=DUCKDB_BASE_CONFIG)
+    except duckdb.Error as error:
+        raise QueryFailed(f"The workspace database could not be opened: {_first_line(error)}") from error
+    try:
+        if demo_db is not None:
+            conn.execute(f"ATTACH {_sql_string(str(demo_db))} AS {DEMO_CATALOG} (READ_ONLY)")
+        # Order matters: attach first, then cut off the file system, then freeze settings.
+        conn.execute("SET enable_external_access = false")
+        conn.execute("SET lock_configuration = true")
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextmanager
+def _read_connection(db_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    with _workspace_lock(db_path), duckdb.connect(
+        str(db_path), read_only=True, config=DUCKDB_BASE_CONFIG
+    ) as conn:
+        yield conn
+
+
+_locks: dict[Path, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+@contextmanager
+def _workspace_lock(db_path: Path) -> Iterator[None]:
+    """Serialize this process's connections to one DuckDB file (see module docstring)."""
+    key = Path(db_path).resolve()
+    with _locks_guard:
+        lock = _locks.setdefault(key, threading.Lock())
+    with lock:
+        yield
+
+
+@contextmanager
+def _no_lock() -> Iterator[None]:
+    yield
+
+
+def _main_tables(conn: duckdb.DuckDBPyConnection) -> list[str]:
+    return [row[0] for row in conn.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main'"
+    ).fetchall()]
+
+
+def quote_identifier(name: str) -> str:
+    """Double-quote an identifier for DuckDB/PostgreSQL, escaping embedded quotes."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _human_bytes(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
+__all__ = [
+    "ColumnInfo",
+    "ColumnStats",
+    "LoadedTable",
+    "QueryResult",
+    "TableDescription",
+    "TableInfo",
+    "UploadLimits",
+    "describe_table",
+    "fetch_capped",
+    "list_tables",
+    "load_upload",
+    "quote_identifier",
+    "run_duckdb_query",
+    "table_name_for",
+]

@@ -1,0 +1,188 @@
+"""The agent loop: call the model, run the tools it asks for, repeat until it answers.
+
+Every message is stored as soon as it exists, so a turn interrupted by a crash resumes from
+the database: a user message is never stored twice, a finished answer is not asked for again,
+and a tool call left without its result is closed with a "cancelled" result before the next
+model call (the API rejects a tool_use without a matching tool_result).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+
+from agent_core.hooks import Hook, TurnObserver
+from agent_core.messages import (
+    Role,
+    StandardMessage,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from agent_core.model import ModelClient, ModelResponse, ModelUnavailable
+from agent_core.request import build_request
+from agent_core.store.threads import ThreadStore
+from agent_core.tools.base import ToolContext, ToolRegistry, ToolResult
+
+log = logging.getLogger(__name__)
+
+CANCELLED_RESULT = "Cancelled: this tool call was interrupted before it finished and was not run."
+
+
+class TurnEnd(StrEnum):
+    ANSWERED = "answered"
+    MAX_TOKENS = "max_tokens"
+    REFUSED = "refused"
+    MAX_ITERATIONS = "max_iterations"
+    MODEL_UNAVAILABLE = "model_unavailable"
+
+
+@dataclass
+class TurnResult:
+    text: str
+    end: TurnEnd
+    model_calls: int = 0
+    tool_calls: int = 0
+
+
+class AgentLoop:
+    """Runs turns of one agent (system prompt, tools, model) over stored conversations."""
+
+    def __init__(
+        self,
+        model: ModelClient,
+        tools: ToolRegistry,
+        store: ThreadStore,
+        system_prompt: str,
+        max_iterations: int = 20,
+        hooks: list[Hook] | None = None,
+    ) -> None:
+        self.model = model
+        self.tools = tools
+        self.store = store
+        self.system_prompt = system_prompt
+        self.max_iterations = max_iterations
+        self.hooks = hooks or []
+
+    async def run_turn(
+        self,
+        thread_id: str,
+        user_message: StandardMessage,
+        event_key: str,
+        ctx: ToolContext,
+        observer: TurnObserver | None = None,
+    ) -> TurnResult:
+        """Answer `user_message` in its thread; safe to call again for the same `event_key`."""
+        observer = observer or TurnObserver()
+        if not await self.store.has_event(thread_id, event_key):
+            await self.store.append(thread_id, [user_message], event_key=event_key)
+        await self._close_dangling_tool_calls(thread_id)
+        history = await self.store.history(thread_id)
+        for hook in self.hooks:
+            await hook.before_run(thread_id, history)
+
+        model_calls = tool_calls = 0
+        for _ in range(self.max_iterations):
+            history = await self.store.history(thread_id)
+            last = history[-1]
+            if last.role is Role.ASSISTANT:  # answered before a crash; nothing left to ask
+                return TurnResult(last.text, TurnEnd.ANSWERED, model_calls, tool_calls)
+
+            request = build_request(self.system_prompt, self.tools.specs(), history)
+            for hook in self.hooks:
+                request = await hook.before_model(request, history)
+            try:
+                response = await self.model.complete(
+                    request, on_text=observer.on_text, on_restart=observer.on_text_reset
+                )
+            except ModelUnavailable as exc:
+                log.error("model unavailable (ref %s): %s", exc.ref_id, exc)
+                apology = (
+                    "Sorry, I can't reach the analysis model right now. Please try again in a few "
+                    f"minutes. (reference {exc.ref_id})"
+                )
+                await self._say(thread_id, apology)
+                return TurnResult(apology, TurnEnd.MODEL_UNAVAILABLE, model_calls, tool_calls)
+            model_calls += 1
+            for hook in self.hooks:
+                await hook.after_model(response)
+
+            answer = _assistant_message(thread_id, response)
+            await self.store.append(thread_id, [answer])
+            calls = answer.tool_uses()
+            if response.stop_reason == "tool_use" and calls:
+                results = [await self._run_tool(call, ctx, observer) for call in calls]
+                tool_calls += len(results)
+                await self.store.append(thread_id, [_tool_results_message(thread_id, results)])
+                continue
+            return _finish(answer.text, response.stop_reason, model_calls, tool_calls)
+
+        note = (
+            f"I stopped after {self.max_iterations} steps without reaching an answer. "
+            "Try narrowing the question, or ask me to continue."
+        )
+        await self._say(thread_id, note)
+        return TurnResult(note, TurnEnd.MAX_ITERATIONS, model_calls, tool_calls)
+
+    async def _run_tool(self, call: ToolUseBlock, ctx: ToolContext, observer: TurnObserver) -> ToolResult:
+        await observer.on_tool_start(call)
+        result = None
+        for hook in self.hooks:
+            result = await hook.before_tool(call, ctx)
+            if result is not None:
+                break
+        if result is None:
+            result = await self.tools.execute(call, ctx)
+        for hook in self.hooks:
+            result = await hook.after_tool(call, result)
+        return result
+
+    async def _close_dangling_tool_calls(self, thread_id: str) -> None:
+        history = await self.store.history(thread_id)
+        answered = {r.tool_use_id for m in history for r in m.tool_results()}
+        for message in reversed(history):
+            if message.role is Role.ASSISTANT:
+                dangling = [c for c in message.tool_uses() if c.id not in answered]
+                if dangling:
+                    blocks = [
+                        ToolResultBlock(tool_use_id=c.id, content=CANCELLED_RESULT, is_error=True)
+                        for c in dangling
+                    ]
+                    # The patch must follow the assistant message directly; only the last
+                    # assistant message can be dangling because we store results right after.
+                    if history[-1] is message:
+                        await self.store.append(
+                            thread_id, [StandardMessage(thread_id=thread_id, role=Role.USER, content=blocks)]
+                        )
+                break
+
+    async def _say(self, thread_id: str, text: str) -> None:
+        await self.store.append(
+            thread_id,
+            [StandardMessage(thread_id=thread_id, role=Role.ASSISTANT, content=[TextBlock(text=text)])],
+        )
+
+
+def _assistant_message(thread_id: str, response: ModelResponse) -> StandardMessage:
+    content = response.content or [TextBlock(text="(no answer)")]
+    return StandardMessage(thread_id=thread_id, role=Role.ASSISTANT, content=content)
+
+
+def _tool_results_message(thread_id: str, results: list[ToolResult]) -> StandardMessage:
+    blocks = [
+        ToolResultBlock(tool_use_id=r.tool_use_id, content=r.observation, is_error=r.is_error)
+        for r in results
+    ]
+    return StandardMessage(thread_id=thread_id, role=Role.USER, content=blocks)
+
+
+def _finish(text: str, stop_reason: str | None, model_calls: int, tool_calls: int) -> TurnResult:
+    if stop_reason == "max_tokens":
+        note = "\n\n_(This answer hit the length limit and was cut off. Ask me to continue.)_"
+        return TurnResult(text + note, TurnEnd.MAX_TOKENS, model_calls, tool_calls)
+    if stop_reason == "refusal":
+        return TurnResult(
+            text or "I can't help with that request.", TurnEnd.REFUSED, model_calls, tool_calls
+        )
+    return TurnResult(text, TurnEnd.ANSWERED, model_calls, tool_calls)

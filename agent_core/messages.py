@@ -1,0 +1,157 @@
+"""The one message model: what the agent stores, what the model sees, what adapters produce.
+
+Content blocks follow the Anthropic Messages API shape so a stored message can be sent back to
+the model verbatim (thinking blocks keep their signature byte for byte).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+SCHEMA_VERSION = 1
+
+
+def new_id() -> str:
+    """A random, globally unique id (hex uuid4)."""
+    return uuid.uuid4().hex
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class TextBlock(BaseModel):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ThinkingBlock(BaseModel):
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str
+
+
+class RedactedThinkingBlock(BaseModel):
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+
+
+class ToolUseBlock(BaseModel):
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(BaseModel):
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+
+
+ContentBlock = Annotated[
+    TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock,
+    Field(discriminator="type"),
+]
+
+
+class Role(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+class StandardMessage(BaseModel):
+    """One turn of a conversation. Tool results travel as user messages, as the API requires."""
+
+    schema_version: int = SCHEMA_VERSION
+    id: str = Field(default_factory=new_id)
+    thread_id: str
+    role: Role
+    content: list[ContentBlock]
+    created_at: datetime = Field(default_factory=utcnow)
+    _api: dict[str, Any] | None = PrivateAttr(default=None)
+
+    def to_api(self) -> dict[str, Any]:
+        """The message as the Messages API expects it (rendered once: messages are immutable)."""
+        if self._api is None:
+            self._api = {"role": self.role.value, "content": [b.model_dump() for b in self.content]}
+        return self._api
+
+    @property
+    def text(self) -> str:
+        """The visible text of the message (text blocks joined)."""
+        return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    def tool_results(self) -> list[ToolResultBlock]:
+        return [b for b in self.content if isinstance(b, ToolResultBlock)]
+
+
+class ThreadKey(BaseModel):
+    """Where a conversation lives: one platform thread, or a DM's ongoing top-level conversation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    platform: str
+    workspace: str
+    channel: str
+    root: str  # the platform's thread root id, or "main" for a DM's top-level conversation
+
+    def __str__(self) -> str:
+        return f"{self.platform}:{self.workspace}:{self.channel}:{self.root}"
+
+
+class Attachment(BaseModel):
+    """A file the user shared with the message; downloaded by the adapter on demand."""
+
+    file_id: str
+    name: str
+    mime_type: str = "application/octet-stream"
+    size: int | None = None
+    url: str | None = None
+
+
+class InboundMessage(BaseModel):
+    """A user message addressed to the bot, already verified and parsed by its adapter."""
+
+    platform: str
+    event_id: str
+    message_id: str  # the platform's id of this user message (Slack ts, Feishu message_id)
+    workspace: str
+    channel: str
+    thread: ThreadKey
+    reply_in_thread: str | None  # thread root to answer in; None answers at the top level
+    user: str
+    user_name: str | None = None
+    text: str
+    is_dm: bool = False
+    attachments: list[Attachment] = Field(default_factory=list)
+    received_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def dedupe_key(self) -> str:
+        """Identity of the user message across event types and redeliveries."""
+        return f"{self.platform}:{self.workspace}:{self.channel}:{self.message_id}"
+
+
+class OutboundFile(BaseModel):
+    """A file the agent produced for the user (a chart, a report), by its real path on disk."""
+
+    path: str
+    title: str
+    mime_type: str = "application/octet-stream"
+
+
+class OutboundReply(BaseModel):
+    """What the agent answers: Markdown text plus files to post beside it."""
+
+    text: str
+    files: list[OutboundFile] = Field(default_factory=list)

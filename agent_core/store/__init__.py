@@ -1,0 +1,1 @@
+"""Persistence: database engine, tables, and the thread store."""

@@ -1,0 +1,184 @@
+"""The thread store: conversations and their ordered messages, with an incremental cache.
+
+A thread is worked on by one process at a time (the gateway holds a per-thread lease), so a
+process can keep the history it has read and fetch only rows newer than the last one it saw.
+That keeps a turn's cost proportional to new content, not to the length of the conversation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import TypeAdapter
+from sqlalchemy import func, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlmodel import select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from agent_core.messages import (
+    SCHEMA_VERSION,
+    ContentBlock,
+    Role,
+    StandardMessage,
+    ThreadKey,
+    utcnow,
+)
+from agent_core.store.tables import MessageRow, ThreadRow
+
+_BLOCKS = TypeAdapter(list[ContentBlock])
+
+
+def message_from_row(row: MessageRow) -> StandardMessage:
+    """Rebuild a stored message, upgrading rows written by older schema versions."""
+    raw = json.loads(row.content)
+    if row.schema_version < 1:
+        raise ValueError(f"message {row.id}: unknown schema version {row.schema_version}")
+    return StandardMessage(
+        schema_version=SCHEMA_VERSION,
+        id=row.id,
+        thread_id=row.thread_id,
+        role=Role(row.role),
+        content=_BLOCKS.validate_python(raw),
+        created_at=row.created_at,
+    )
+
+
+@dataclass
+class _CachedHistory:
+    messages: list[StandardMessage] = field(default_factory=list)
+    event_keys: set[str] = field(default_factory=set)
+    last_seq: int = 0
+
+
+class ThreadStore:
+    """Conversations keyed by `ThreadKey`; messages appended in order, never rewritten."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], cache_size: int = 512) -> None:
+        self._sessions = sessions
+        self._cache: OrderedDict[str, _CachedHistory] = OrderedDict()
+        self._cache_size = cache_size
+
+    async def open(self, key: ThreadKey, dm_owner: str | None = None) -> str:
+        """The id of the live conversation for `key`, creating it if there is none."""
+        async with self._sessions() as session:
+            existing = await self._live_thread_id(session, key)
+            if existing:
+                return existing
+            row = ThreadRow(
+                key=str(key),
+                platform=key.platform,
+                workspace=key.workspace,
+                channel=key.channel,
+                root=key.root,
+                dm_owner=dm_owner,
+            )
+            session.add(row)
+            try:
+                await session.commit()
+            except IntegrityError:  # another process created it first
+                await session.rollback()
+                existing = await self._live_thread_id(session, key)
+                if existing is None:
+                    raise
+                return existing
+            return row.id
+
+    async def is_live(self, key: ThreadKey) -> bool:
+        """Whether a live conversation exists for `key` (the bot is part of that thread)."""
+        async with self._sessions() as session:
+            return await self._live_thread_id(session, key) is not None
+
+    async def reset(self, key: ThreadKey) -> None:
+        """Archive the live conversation for `key`: the next message starts a fresh one."""
+        async with self._sessions() as session:
+            await session.exec(
+                update(ThreadRow)
+                .where(ThreadRow.key == str(key), ThreadRow.archived_at.is_(None))
+                .values(archived_at=utcnow())
+            )
+            await session.commit()
+
+    async def history(self, thread_id: str) -> list[StandardMessage]:
+        """All messages of the conversation in order (a shared list: do not mutate it)."""
+        return (await self._refresh(thread_id)).messages
+
+    async def has_event(self, thread_id: str, event_key: str) -> bool:
+        """Whether the user message of inbound event `event_key` is already stored."""
+        return event_key in (await self._refresh(thread_id)).event_keys
+
+    async def append(
+        self, thread_id: str, messages: list[StandardMessage], event_key: str | None = None
+    ) -> None:
+        """Append messages at the end of the conversation, in one transaction."""
+        cached = await self._refresh(thread_id)
+        seq = cached.last_seq
+        async with self._sessions() as session:
+            for message in messages:
+                seq += 1
+                session.add(
+                    MessageRow(
+                        id=message.id,
+                        thread_id=thread_id,
+                        seq=seq,
+                        role=message.role.value,
+                        content=json.dumps(_dump_blocks(message), ensure_ascii=False),
+                        schema_version=message.schema_version,
+                        event_key=event_key,
+                        created_at=message.created_at,
+                    )
+                )
+            await session.exec(
+                update(ThreadRow).where(ThreadRow.id == thread_id).values(updated_at=utcnow())
+            )
+            await session.commit()
+        cached.messages.extend(messages)
+        cached.last_seq = seq
+        if event_key:
+            cached.event_keys.add(event_key)
+
+    async def _refresh(self, thread_id: str) -> _CachedHistory:
+        cached = self._cache.get(thread_id)
+        if cached is None:
+            cached = _CachedHistory()
+            self._cache[thread_id] = cached
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(thread_id)
+        async with self._sessions() as session:
+            last_seq = (
+                await session.exec(
+                    select(func.coalesce(func.max(MessageRow.seq), 0)).where(
+                        MessageRow.thread_id == thread_id
+                    )
+                )
+            ).one()
+            if last_seq == cached.last_seq:
+                return cached
+            rows = (
+                await session.exec(
+                    select(MessageRow)
+                    .where(MessageRow.thread_id == thread_id, MessageRow.seq > cached.last_seq)
+                    .order_by(MessageRow.seq)
+                )
+            ).all()
+        for row in rows:
+            cached.messages.append(message_from_row(row))
+            if row.event_key:
+                cached.event_keys.add(row.event_key)
+            cached.last_seq = row.seq
+        return cached
+
+    @staticmethod
+    async def _live_thread_id(session: AsyncSession, key: ThreadKey) -> str | None:
+        result = await session.exec(
+            select(ThreadRow.id).where(ThreadRow.key == str(key), ThreadRow.archived_at.is_(None))
+        )
+        return result.first()
+
+
+def _dump_blocks(message: StandardMessage) -> list[dict[str, Any]]:
+    return [block.model_dump() for block in message.content]

@@ -1,0 +1,1 @@
+"""Tools the agent can call: the protocol, the registry, and the tools themselves."""

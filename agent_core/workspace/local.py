@@ -1,0 +1,691 @@
+"""Workspace backend on a local directory.
+
+Safety model. Paths are first validated as virtual paths (see backend.normalize_virtual_path),
+then resolved *one segment at a time* with directory file descriptors: every directory is
+opened with ``O_NOFOLLOW | O_DIRECTORY`` relative to its parent's descriptor and the final
+file with ``O_NOFOLLOW``. Symbolic links are therefore never followed anywhere below the root
+-- not just "not outside the root" -- and there is no window between a check and the open in
+which a path component could be swapped for a link. Only the configured root itself may be (or
+sit under) a symlink: it comes from operator configuration, not from the model.
+
+Listings skip symlinks and the backend's own temporary files. Writes go to a temporary file
+in the target directory, are fsynced, then renamed into place (or hard-linked, which fails
+atomically if the name is taken, when overwriting is not allowed).
+
+Concurrency: each call is independent and atomic at the file level; the gateway runs one agent
+turn per conversation at a time, so no cross-call locking is needed here.
+
+Isolation: :func:`workspace_for` gives every conversation (thread id) its own root directory,
+so two conversations -- in particular two users' DMs -- can never name each other's files.
+Requires a POSIX system (``dir_fd`` support).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import hashlib
+import io
+import os
+import re
+import secrets
+import stat as stat_mod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, closing, contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+from agent_core.workspace.backend import (
+    DEFAULT_AREAS,
+    EditConflict,
+    EditResult,
+    FileAlreadyExists,
+    FileInfo,
+    FileNotFound,
+    FileTooLarge,
+    GrepMatch,
+    InvalidArgument,
+    NotAFile,
+    NotTextFile,
+    PathNotAllowed,
+    ReadResult,
+    WorkspaceError,
+    WorkspaceLimits,
+    normalize_virtual_path,
+    split_virtual_path,
+)
+
+_T = TypeVar("_T")
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: opening a FIFO planted in the workspace must not hang a worker thread.
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_TEMP_PREFIX = ".ba-tmp-"
+_BINARY_SNIFF_BYTES = 8192
+
+
+def _mtime(st: os.stat_result) -> datetime:
+    return datetime.fromtimestamp(st.st_mtime, tz=UTC)
+
+
+def _join(vdir: str, name: str) -> str:
+    return f"{vdir.rstrip('/')}/{name}"
+
+
+@contextmanager
+def _os_errors(vpath: str, action: str) -> Iterator[None]:
+    """Translate OSError into model-safe WorkspaceErrors.
+
+    Uses `strerror` only: `str(OSError)` embeds the real filesystem path.
+    """
+    try:
+        yield
+    except WorkspaceError:
+        raise
+    except FileNotFoundError as e:
+        raise FileNotFound(f"no such file or directory: {vpath}", vpath) from e
+    except NotADirectoryError as e:
+        raise FileNotFound(f"a parent of {vpath} is not a directory", vpath) from e
+    except IsADirectoryError as e:
+        raise NotAFile(f"{vpath} is a directory", vpath) from e
+    except PermissionError as e:
+        raise PathNotAllowed(f"permission denied: {vpath}", vpath) from e
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise PathNotAllowed(f"symbolic links are not allowed: {vpath}", vpath) from e
+        if e.errno == errno.ENAMETOOLONG:
+            raise PathNotAllowed(f"path is too long: {vpath}", vpath) from e
+        raise WorkspaceError(f"could not {action} {vpath}: {e.strerror}", vpath) from e
+
+
+def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _iter_lines(f: io.BufferedReader, max_line_bytes: int) -> Iterator[tuple[bytes, bool]]:
+    """Yield (line without newline, was_cut), reading at most `max_line_bytes` per line.
+
+    Bounded reads matter: a single-line multi-gigabyte file must not be loaded into memory.
+    """
+    while True:
+        chunk = f.readline(max_line_bytes)
+        if not chunk:
+            return
+        if chunk.endswith(b"\n"):
+            yield chunk.rstrip(b"\r\n"), False
+            continue
+        cut = False
+        # Either EOF without newline or an over-long line: skip the rest of the line.
+        while True:
+            rest = f.readline(max_line_bytes)
+            if not rest:
+                break
+            cut = True
+            if rest.endswith(b"\n"):
+                break
+        yield chunk.rstrip(b"\r"), cut
+
+
+def _decode_line(raw: bytes, max_chars: int, cut: bool) -> tuple[str, bool]:
+    text = raw.decode("utf-8", errors="replace")
+    if len(text) > max_chars:
+        text, cut = text[:max_chars], True
+    return (text + " … [line cut]" if cut else text), cut
+
+
+def glob_to_regex(pattern: str) -> re.Pattern[str]:
+    """Compile a glob (``*``, ``?``, ``[...]``, ``**``) to a regex matched against a whole
+    relative path. ``*`` and ``?`` stay within one segment; ``**/`` spans any number of folders.
+    """
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]+/)*")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and (end := pattern.find("]", i + 2)) != -1:
+            body = pattern[i + 1 : end]
+            negate = body.startswith("!")
+            body = re.escape(body[1:] if negate else body).replace(r"\-", "-")
+            out.append(f"[{'^' if negate else ''}{body}]")
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out))
+
+
+class LocalWorkspace:
+    """A conversation workspace stored under `root` on the local filesystem.
+
+    Implements :class:`~agent_core.workspace.backend.WorkspaceBackend`. The root and area
+    folders are created lazily by the first write.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        limits: WorkspaceLimits | None = None,
+        *,
+        areas: Sequence[str] = DEFAULT_AREAS,
+    ) -> None:
+        self._root = Path(root)
+        self.limits = limits or WorkspaceLimits()
+        self._areas = tuple(areas)
+
+    def __repr__(self) -> str:
+        return f"LocalWorkspace({str(self._root)!r})"
+
+    # ---------------------------------------------------------------- async public API
+
+    async def ls(self, path: str = "/") -> list[FileInfo]:
+        return await self._run(self._ls, path)
+
+    async def stat(self, path: str) -> FileInfo:
+        return await self._run(self._stat, path)
+
+    async def read(self, path: str, offset: int = 0, limit: int | None = None) -> ReadResult:
+        return await self._run(self._read, path, offset, limit)
+
+    async def read_bytes(self, path: str) -> bytes:
+        return await self._run(self._read_bytes, path)
+
+    async def write(self, path: str, content: str | bytes, *, overwrite: bool = False) -> FileInfo:
+        return await self._run(self._write, path, content, overwrite)
+
+    async def edit(self, path: str, old: str, new: str, replace_all: bool = False) -> EditResult:
+        return await self._run(self._edit, path, old, new, replace_all)
+
+    async def grep(
+        self, pattern: str, path: str = "/", glob: str | None = None, *, ignore_case: bool = False
+    ) -> list[GrepMatch]:
+        return await self._run(self._grep, pattern, path, glob, ignore_case)
+
+    async def glob(self, pattern: str, path: str = "/") -> list[FileInfo]:
+        return await self._run(self._glob, pattern, path)
+
+    async def real_path(self, path: str, *, must_exist: bool = True) -> Path:
+        return await self._run(self._real_path, path, must_exist)
+
+    async def _run(self, fn: Callable[..., _T], *args: object) -> _T:
+        # All filesystem work happens in a worker thread; the event loop never blocks on disk.
+        return await asyncio.to_thread(fn, *args)
+
+    # ---------------------------------------------------------------- path resolution
+
+    def _normalize(self, path: str) -> str:
+        return normalize_virtual_path(path, self._areas)
+
+    def _open_root(self, create: bool) -> int:
+        if create:
+            self._root.mkdir(parents=True, exist_ok=True)
+        # The root may be reached through operator-configured symlinks: follow them here only.
+        return os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def _open_child_dir(self, parent_fd: int, name: str, create: bool, vpath: str) -> int:
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        except FileNotFoundError:
+            if not create:
+                raise
+            try:
+                os.mkdir(name, 0o700, dir_fd=parent_fd)
+            except FileExistsError:
+                pass  # created concurrently; the open below re-checks what it is
+            return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        except OSError:
+            # O_NOFOLLOW|O_DIRECTORY reports a symlink as ENOTDIR on Linux; tell the two apart.
+            st = _lstat_at(parent_fd, name)
+            if st is not None and stat_mod.S_ISLNK(st.st_mode):
+                raise PathNotAllowed(f"symbolic links are not allowed: {vpath}", vpath) from None
+            raise
+
+    @contextmanager
+    def _open_dir(self, segments: Sequence[str], vpath: str, *, create: bool) -> Iterator[int]:
+        """Descriptor of root/segments, walked without following any symlink."""
+        with _os_errors(vpath, "open"):
+            fd = self._open_root(create)
+            try:
+                for i, name in enumerate(segments):
+                    shown = "/" + "/".join(segments[: i + 1])
+                    child = self._open_child_dir(fd, name, create, shown)
+                    os.close(fd)
+                    fd = child
+            except BaseException:
+                os.close(fd)
+                raise
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    @contextmanager
+    def _open_file(self, vpath: str) -> Iterator[tuple[io.BufferedReader, os.stat_result]]:
+        """An open regular file at a normalized virtual path, plus its stat."""
+        segments = split_virtual_path(vpath)
+        if len(segments) < 2:
+            raise NotAFile(f"{vpath} is a directory", vpath)
+        with self._open_dir(segments[:-1], vpath, create=False) as dir_fd:
+            with _os_errors(vpath, "open"):  # ELOOP here means the final segment is a symlink
+                fd = os.open(segments[-1], _FILE_FLAGS, dir_fd=dir_fd)
+                f = io.BufferedReader(io.FileIO(fd, "rb"))
+            with f:
+                st = os.fstat(f.fileno())
+                if stat_mod.S_ISDIR(st.st_mode):
+                    raise NotAFile(f"{vpath} is a directory", vpath)
+                if not stat_mod.S_ISREG(st.st_mode):
+                    raise NotAFile(f"{vpath} is not a regular file", vpath)
+                os.set_blocking(f.fileno(), True)
+                yield f, st
+
+    # ---------------------------------------------------------------- listing
+
+    def _visible(self, vdir: str, entry: os.DirEntry[str]) -> bool:
+        if entry.name.startswith(_TEMP_PREFIX) or entry.is_symlink():
+            return False
+        # At the root only the areas exist for the model; anything else is server bookkeeping.
+        return vdir != "/" or entry.name in self._areas
+
+    def _entry_info(self, vdir: str, entry: os.DirEntry[str]) -> FileInfo | None:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            return None  # removed while listing
+        is_dir = stat_mod.S_ISDIR(st.st_mode)
+        if not is_dir and not stat_mod.S_ISREG(st.st_mode):
+            return None
+        return FileInfo(
+            path=_join(vdir, entry.name),
+            size=0 if is_dir else st.st_size,
+            modified_at=_mtime(st),
+            is_dir=is_dir,
+        )
+
+    def _ls(self, path: str) -> list[FileInfo]:
+        vpath = self._normalize(path)
+        segments = split_virtual_path(vpath)
+        try:
+            with self._open_dir(segments, vpath, create=False) as fd:
+                with _os_errors(vpath, "list"), os.scandir(fd) as it:
+                    entries = sorted(
+                        (e for e in it if self._visible(vpath, e)), key=lambda e: e.name
+                    )
+                    infos = [self._entry_info(vpath, e) for e in entries]
+        except FileNotFound:
+            if len(segments) <= 1:
+                return []  # the root or an area never written to: empty rather than missing
+            return [self._stat(vpath)]  # `ls file` shows the file, as the shell does
+        return [i for i in infos if i is not None][: self.limits.ls_max_entries]
+
+    def _stat(self, path: str) -> FileInfo:
+        vpath = self._normalize(path)
+        segments = split_virtual_path(vpath)
+        if len(segments) < 2:
+            with self._open_dir(segments, vpath, create=False) as fd:
+                st = os.fstat(fd)
+            return FileInfo(path=vpath, size=0, modified_at=_mtime(st), is_dir=True)
+        with self._open_dir(segments[:-1], vpath, create=False) as dir_fd:
+            st = _lstat_at(dir_fd, segments[-1])
+        if st is None:
+            raise FileNotFound(f"no such file or directory: {vpath}", vpath)
+        if stat_mod.S_ISLNK(st.st_mode):
+            raise PathNotAllowed(f"symbolic links are not allowed: {vpath}", vpath)
+        is_dir = stat_mod.S_ISDIR(st.st_mode)
+        if not is_dir and not stat_mod.S_ISREG(st.st_mode):
+            raise NotAFile(f"{vpath} is not a regular file", vpath)
+        return FileInfo(
+            path=vpath, size=0 if is_dir else st.st_size, modified_at=_mtime(st), is_dir=is_dir
+        )
+
+    def _walk_files(
+        self, fd: int, vdir: str
+    ) -> Iterator[tuple[str, str, int, os.stat_result]]:
+        """Yield (virtual path, name, parent fd, stat) of regular files below `fd`, sorted.
+
+        Directories are entered by descriptor with O_NOFOLLOW; symlinks are skipped.
+        """
+        with os.scandir(fd) as it:
+            entries = sorted((e for e in it if self._visible(vdir, e)), key=lambda e: e.name)
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            child_vpath = _join(vdir, entry.name)
+            if stat_mod.S_ISREG(st.st_mode):
+                yield child_vpath, entry.name, fd, st
+            elif stat_mod.S_ISDIR(st.st_mode):
+                try:
+                    child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    continue  # replaced by a symlink or removed since scandir: skip it
+                try:
+                    yield from self._walk_files(child, child_vpath)
+                finally:
+                    os.close(child)
+
+    @contextmanager
+    def _search_root(self, path: str) -> Iterator[tuple[str, int | None, str | None]]:
+        """For grep/glob: (virtual base, directory fd, file name when the base is a file).
+
+        The fd is None when the base is the root or an area that does not exist yet.
+        """
+        vpath = self._normalize(path)
+        segments = split_virtual_path(vpath)
+        with ExitStack() as stack:
+            fd: int | None = None
+            single: str | None = None
+            try:
+                fd = stack.enter_context(self._open_dir(segments, vpath, create=False))
+            except FileNotFound:
+                if len(segments) > 1:
+                    self._stat(vpath)  # raises unless the base is a regular file
+                    fd = stack.enter_context(
+                        self._open_dir(segments[:-1], vpath, create=False)
+                    )
+                    single = segments[-1]
+            yield vpath, fd, single
+
+    # ---------------------------------------------------------------- reading
+
+    def _read(self, path: str, offset: int, limit: int | None) -> ReadResult:
+        if offset < 0:
+            raise InvalidArgument("offset must be 0 or more")
+        if limit is not None and limit < 1:
+            raise InvalidArgument("limit must be 1 or more")
+        max_lines = min(limit or self.limits.read_max_lines, self.limits.read_max_lines)
+        max_chars = self.limits.line_max_chars
+        vpath = self._normalize(path)
+        with self._open_file(vpath) as (f, _st):
+            if b"\x00" in f.peek(_BINARY_SNIFF_BYTES)[:_BINARY_SNIFF_BYTES]:
+                raise NotTextFile(
+                    f"{vpath} is a binary file; it cannot be shown as text", vpath
+                )
+            lines = _iter_lines(f, max_chars * 4)  # 4 = worst-case UTF-8 bytes per character
+            for _ in zip(range(offset), lines, strict=False):
+                pass  # skip to the requested page; zip stops before over-reading `lines`
+            shown: list[str] = []
+            size = 0
+            cut_lines = 0
+            more = False
+            for raw, cut in lines:
+                if len(shown) >= max_lines:
+                    more = True
+                    break
+                text, was_cut = _decode_line(raw, max_chars, cut)
+                numbered = f"{offset + len(shown) + 1:>6}\t{text}"
+                size += len(numbered.encode()) + 1
+                if shown and size > self.limits.read_max_bytes:
+                    more = True
+                    break
+                shown.append(numbered)
+                cut_lines += was_cut
+        return ReadResult(
+            path=vpath,
+            content="\n".join(shown),
+            offset=offset,
+            lines=len(shown),
+            next_offset=offset + len(shown) if more else None,
+            cut_lines=cut_lines,
+        )
+
+    def _read_bytes(self, path: str) -> bytes:
+        vpath = self._normalize(path)
+        cap = self.limits.read_bytes_max
+        with self._open_file(vpath) as (f, st):
+            if st.st_size > cap:
+                raise FileTooLarge(f"{vpath} is {st.st_size} bytes; the limit is {cap}", vpath)
+            with _os_errors(vpath, "read"):
+                data = f.read(cap + 1)  # +1: the file may have grown since fstat
+        if len(data) > cap:
+            raise FileTooLarge(f"{vpath} is larger than the {cap} byte limit", vpath)
+        return data
+
+    # ---------------------------------------------------------------- writing
+
+    def _replace_atomically(
+        self, dir_fd: int, name: str, data: bytes, vpath: str, *, overwrite: bool
+    ) -> None:
+        """Write `data` to a temp file beside `name`, fsync, then move it into place."""
+        existing = _lstat_at(dir_fd, name)
+        if existing is not None:
+            if stat_mod.S_ISLNK(existing.st_mode):
+                raise PathNotAllowed(f"symbolic links are not allowed: {vpath}", vpath)
+            if stat_mod.S_ISDIR(existing.st_mode):
+                raise NotAFile(f"{vpath} is a directory", vpath)
+            if not overwrite:
+                raise FileAlreadyExists(
+                    f"{vpath} already exists; pass overwrite=true to replace it "
+                    "or choose another name",
+                    vpath,
+                )
+        tmp = f"{_TEMP_PREFIX}{secrets.token_hex(8)}"
+        with _os_errors(vpath, "write"):
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600, dir_fd=dir_fd,
+            )
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                if overwrite:
+                    # rename() replaces a symlink planted meanwhile instead of following it.
+                    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                else:
+                    # link() refuses an existing name atomically: no check-then-write race.
+                    try:
+                        os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd,
+                                follow_symlinks=False)
+                    except FileExistsError:
+                        raise FileAlreadyExists(f"{vpath} already exists", vpath) from None
+                    os.unlink(tmp, dir_fd=dir_fd)
+            except BaseException:
+                try:
+                    os.unlink(tmp, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    pass
+                raise
+
+    def _write(self, path: str, content: str | bytes, overwrite: bool) -> FileInfo:
+        vpath = self._normalize(path)
+        segments = split_virtual_path(vpath)
+        if len(segments) < 2:
+            raise PathNotAllowed(
+                f"cannot write {vpath}: files go inside an area, e.g. /reports/summary.md", vpath
+            )
+        if isinstance(content, str):
+            data = content.encode("utf-8")
+        elif isinstance(content, bytes | bytearray | memoryview):
+            data = bytes(content)
+        else:
+            raise InvalidArgument("content must be text or bytes")
+        cap = self.limits.write_max_bytes
+        if len(data) > cap:
+            raise FileTooLarge(f"content is {len(data)} bytes; the limit is {cap}", vpath)
+        with self._open_dir(segments[:-1], vpath, create=True) as dir_fd:
+            self._replace_atomically(dir_fd, segments[-1], data, vpath, overwrite=overwrite)
+            st = os.stat(segments[-1], dir_fd=dir_fd, follow_symlinks=False)
+        return FileInfo(path=vpath, size=st.st_size, modified_at=_mtime(st))
+
+    def _edit(self, path: str, old: str, new: str, replace_all: bool) -> EditResult:
+        if old == "":
+            raise EditConflict("old text must not be empty")
+        if old == new:
+            raise EditConflict("old and new text are identical; nothing to change")
+        vpath = self._normalize(path)
+        segments = split_virtual_path(vpath)
+        cap = self.limits.edit_max_bytes
+        with self._open_file(vpath) as (f, st):
+            if st.st_size > cap:
+                raise FileTooLarge(
+                    f"{vpath} is {st.st_size} bytes; edit() handles files up to {cap}", vpath
+                )
+            raw = f.read(cap + 1)
+        if len(raw) > cap:
+            raise FileTooLarge(f"{vpath} is larger than the {cap} byte edit limit", vpath)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise NotTextFile(f"{vpath} is not UTF-8 text; it cannot be edited", vpath) from None
+        count = text.count(old)
+        if count == 0:
+            raise EditConflict(f"the old text was not found in {vpath}", vpath)
+        if count > 1 and not replace_all:
+            raise EditConflict(
+                f"the old text occurs {count} times in {vpath}; include more surrounding text "
+                "to make it unique, or pass replace_all=true",
+                vpath,
+            )
+        updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+        with self._open_dir(segments[:-1], vpath, create=False) as dir_fd:
+            self._replace_atomically(
+                dir_fd, segments[-1], updated.encode("utf-8"), vpath, overwrite=True
+            )
+            new_st = os.stat(segments[-1], dir_fd=dir_fd, follow_symlinks=False)
+        info = FileInfo(path=vpath, size=new_st.st_size, modified_at=_mtime(new_st))
+        return EditResult(file=info, replacements=count if replace_all else 1)
+
+    # ---------------------------------------------------------------- searching
+
+    def _glob_filter(self, pattern: str) -> re.Pattern[str]:
+        if not pattern.strip():
+            raise InvalidArgument("glob pattern must not be empty")
+        if "\x00" in pattern or "\\" in pattern or ".." in pattern.split("/"):
+            raise InvalidArgument(f"glob pattern is not allowed: {pattern[:200]!r}")
+        return glob_to_regex(pattern)
+
+    def _grep(self, pattern: str, path: str, glob: str | None, ignore_case: bool) -> list[GrepMatch]:
+        if pattern == "":
+            raise InvalidArgument("grep pattern must not be empty")
+        file_filter = self._glob_filter(glob) if glob else None
+        by_name = glob is not None and "/" not in glob
+        needle = pattern.casefold() if ignore_case else pattern
+        limits = self.limits
+        matches: list[GrepMatch] = []
+        with ExitStack() as stack:
+            base, fd, single = stack.enter_context(self._search_root(path))
+            if fd is None:
+                return []
+            if single is not None:
+                st = os.stat(single, dir_fd=fd, follow_symlinks=False)
+                candidates: Iterator[tuple[str, str, int, os.stat_result]] = iter(
+                    [(base, single, fd, st)]
+                )
+            else:
+                candidates = stack.enter_context(closing(self._walk_files(fd, base)))
+            prefix = base.rstrip("/") + "/"
+            for scanned, (vpath, name, dir_fd, st) in enumerate(candidates):
+                if scanned >= limits.grep_max_files or len(matches) >= limits.grep_max_matches:
+                    break
+                if file_filter is not None:
+                    target = name if by_name else vpath.removeprefix(prefix)
+                    if not file_filter.fullmatch(target):
+                        continue
+                if st.st_size > limits.grep_max_file_bytes:
+                    continue
+                matches.extend(
+                    self._grep_file(dir_fd, name, vpath, needle, ignore_case,
+                                    limits.grep_max_matches - len(matches))
+                )
+        return matches
+
+    def _grep_file(
+        self, dir_fd: int, name: str, vpath: str, needle: str, ignore_case: bool, budget: int
+    ) -> list[GrepMatch]:
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            return []  # vanished or swapped for a symlink since listing: not searchable
+        with os.fdopen(fd, "rb") as f:
+            if not stat_mod.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return []
+            os.set_blocking(f.fileno(), True)
+            data = f.read(self.limits.grep_max_file_bytes + 1)
+        if len(data) > self.limits.grep_max_file_bytes or b"\x00" in data[:_BINARY_SNIFF_BYTES]:
+            return []
+        found: list[GrepMatch] = []
+        max_chars = self.limits.line_max_chars
+        for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+            if needle in (line.casefold() if ignore_case else line):
+                shown = line if len(line) <= max_chars else line[:max_chars] + " … [line cut]"
+                found.append(GrepMatch(path=vpath, line_number=number, line=shown))
+                if len(found) >= budget:
+                    break
+        return found
+
+    def _glob(self, pattern: str, path: str) -> list[FileInfo]:
+        if pattern.startswith("/"):
+            path, pattern = "/", pattern.lstrip("/")
+        regex = self._glob_filter(pattern)
+        results: list[FileInfo] = []
+        with ExitStack() as stack:
+            base, fd, single = stack.enter_context(self._search_root(path))
+            if fd is None or single is not None:
+                return []
+            prefix = base.rstrip("/") + "/"
+            walk = stack.enter_context(closing(self._walk_files(fd, base)))
+            for vpath, _name, _dir_fd, st in walk:
+                if regex.fullmatch(vpath.removeprefix(prefix)):
+                    results.append(FileInfo(path=vpath, size=st.st_size, modified_at=_mtime(st)))
+                    if len(results) >= self.limits.glob_max_results:
+                        break
+        return results
+
+    # ---------------------------------------------------------------- trusted callers
+
+    def _real_path(self, path: str, must_exist: bool) -> Path:
+        vpath = self._normalize(path)
+        segments = split_virtual_path(vpath)
+        if must_exist:
+            self._stat(vpath)  # walks every segment without following symlinks
+        elif segments:
+            with self._open_dir(segments[:-1], vpath, create=True) as dir_fd:
+                st = _lstat_at(dir_fd, segments[-1])
+            if st is not None and stat_mod.S_ISLNK(st.st_mode):
+                raise PathNotAllowed(f"symbolic links are not allowed: {vpath}", vpath)
+        return self._root.resolve().joinpath(*segments)
+
+
+_SAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+_MAX_ID_CHARS = 120
+
+
+def thread_dir_name(thread_id: str) -> str:
+    """A filesystem-safe, collision-free directory name for a conversation's thread id.
+
+    Percent-encodes everything but ``[A-Za-z0-9_-]`` (so ``.``, ``..`` and ``/`` cannot occur and
+    distinct ids stay distinct); very long ids keep a readable prefix plus a SHA-256 digest.
+    """
+    if not thread_id:
+        raise ValueError("thread_id must not be empty")
+    encoded = _SAFE_ID_CHARS.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode()), thread_id)
+    if len(encoded) <= _MAX_ID_CHARS:
+        return encoded
+    digest = hashlib.sha256(thread_id.encode()).hexdigest()
+    return f"{encoded[:60]}~{digest}"
+
+
+def workspace_for(
+    data_dir: Path, thread_id: str, limits: WorkspaceLimits | None = None
+) -> LocalWorkspace:
+    """The workspace of one conversation: ``data_dir/workspaces/<encoded thread id>/``.
+
+    Each conversation -- each DM included -- gets its own root, so isolation between users holds
+    by construction rather than by access checks.
+    """
+    return LocalWorkspace(Path(data_dir) / "workspaces" / thread_dir_name(thread_id), limits)

@@ -1,0 +1,1 @@
+"""The aiohttp service: routes, durable inbox, dispatcher, outbound ledger, scheduler, CLI."""

@@ -1,0 +1,93 @@
+"""The aiohttp application: platform endpoints, health and readiness."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+from sqlalchemy import text
+
+from adapters.slack.app import SlackAdapter, SlackConfig
+from gateway.config import Settings
+from gateway.migrate import upgrade
+from gateway.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+RUNTIME = web.AppKey("runtime", Runtime)
+
+
+def describe_configuration(settings: Settings) -> str:
+    """One line for the start-up log: what is configured and what is missing (no secrets)."""
+    platforms = ["slack" if settings.slack_configured else "slack (off)"]
+    model = f"{settings.model} via {settings.anthropic_base_url or 'api.anthropic.com'}"
+    if not settings.model_configured:
+        model += " (off)"
+    missing = settings.missing()
+    return (
+        f"platforms: {', '.join(platforms)}; model: {model}; "
+        f"missing: {', '.join(missing) if missing else 'nothing'}"
+    )
+
+
+def not_configured(platform: str, variables: str) -> web.Handler:
+    async def handler(_request: web.Request) -> web.Response:
+        return web.json_response(
+            {"ok": False, "error": f"{platform} is not configured: set {variables}"}, status=503
+        )
+
+    return handler
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    try:
+        async with asyncio.timeout(2):
+            async with runtime.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        return web.json_response({"ok": False, "database": f"unreachable: {type(exc).__name__}"}, status=503)
+    return web.json_response({"ok": True, "database": "ok"})
+
+
+def create_app(settings: Settings) -> web.Application:
+    """The service; migrations run and the dispatcher starts when the app starts."""
+    runtime = Runtime.build(settings)
+    app = web.Application(client_max_size=1024**2)
+    app[RUNTIME] = runtime
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+
+    if settings.slack_configured:
+        slack = SlackAdapter(
+            SlackConfig(
+                bot_token=settings.slack_bot_token,
+                signing_secret=settings.slack_signing_secret,
+                api_url=settings.slack_api_url,
+                require_mention_in_threads=settings.slack_require_mention_in_threads,
+            ),
+            accept=runtime.inbox.accept,
+            known_thread=runtime.store.is_live,
+        )
+        runtime.responders[slack.platform] = slack.responder
+        app.router.add_post("/slack/events", slack.handle)
+    else:
+        app.router.add_post("/slack/events", not_configured("Slack", "SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET"))
+
+    async def on_startup(_app: web.Application) -> None:
+        revision = await asyncio.to_thread(upgrade, settings.effective_database_url)
+        log.info("database at revision %s", revision)
+        log.info(describe_configuration(settings))
+        runtime.start_dispatcher()
+
+    async def on_cleanup(_app: web.Application) -> None:
+        await runtime.close()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app

@@ -1,0 +1,87 @@
+"""The `ba-agent` command. Subcommands import what they need, so each starts fast."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from gateway.config import ConfigError, Settings, load_settings
+
+
+def _configure_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # Third-party request logs can include URLs with tokens at DEBUG; keep them quiet.
+    for noisy in ("httpx", "httpcore", "slack_bolt", "slack_sdk", "anthropic", "aiosqlite"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from gateway.app import create_app
+
+    overrides = {k: v for k, v in {"BA_HOST": args.host, "BA_PORT": args.port}.items() if v is not None}
+    settings = load_settings(**overrides)
+    _configure_logging(settings)
+    app = create_app(settings)
+    print(f"BA-Agent Gateway listening on http://{settings.host}:{settings.port}", flush=True)
+    web.run_app(app, host=settings.host, port=settings.port, print=None, access_log=None)
+    return 0
+
+
+def _chat(_args: argparse.Namespace) -> int:
+    from gateway.chat import run_chat
+
+    settings = load_settings()
+    logging.basicConfig(level=logging.WARNING)
+    asyncio.run(run_chat(settings))
+    return 0
+
+
+def _db_upgrade(_args: argparse.Namespace) -> int:
+    from gateway.migrate import upgrade
+
+    settings = load_settings()
+    revision = upgrade(settings.effective_database_url)
+    print(f"database upgraded to revision {revision}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ba-agent", description="BA-Agent Gateway")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the gateway service")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1, or BA_HOST)")
+    serve.add_argument("--port", type=int, help="listen port (default 8080, or BA_PORT)")
+    serve.set_defaults(func=_serve)
+
+    chat = commands.add_parser("chat", help="chat with the agent in this terminal")
+    chat.set_defaults(func=_chat)
+
+    db = commands.add_parser("db", help="database maintenance")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    db_upgrade = db_commands.add_parser("upgrade", help="apply database migrations")
+    db_upgrade.set_defaults(func=_db_upgrade)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"ba-agent: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Service configuration from the environment or a `.env` file (pydantic-settings).
+
+Every setting names the environment variable it reads; an invalid value stops start-up with a
+message naming that variable. Secrets are `SecretStr` so they never show up in logs or reprs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_MODEL = "claude-sonnet-5-5"
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message names the offending variables."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
+    )
+
+    host: str = Field("127.0.0.1", validation_alias="BA_HOST")
+    port: int = Field(8080, ge=1, le=65535, validation_alias="BA_PORT")
+    data_dir: Path = Field(Path("./data"), validation_alias="BA_DATA_DIR")
+    database_url: str | None = Field(None, validation_alias="DATABASE_URL")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", validation_alias="BA_LOG_LEVEL"
+    )
+
+    anthropic_api_key: SecretStr | None = Field(None, validation_alias="ANTHROPIC_API_KEY")
+    anthropic_base_url: str | None = Field(None, validation_alias="ANTHROPIC_BASE_URL")
+    model: str = Field(DEFAULT_MODEL, validation_alias="BA_MODEL")
+    max_tokens: int = Field(8192, ge=256, validation_alias="BA_MAX_TOKENS")
+    max_iterations: int = Field(20, ge=1, le=200, validation_alias="BA_MAX_ITERATIONS")
+    model_retries: int = Field(3, ge=0, le=10, validation_alias="BA_MODEL_RETRIES")
+    model_timeout_s: float = Field(300.0, gt=0, validation_alias="BA_MODEL_TIMEOUT")
+
+    slack_bot_token: SecretStr | None = Field(None, validation_alias="SLACK_BOT_TOKEN")
+    slack_signing_secret: SecretStr | None = Field(None, validation_alias="SLACK_SIGNING_SECRET")
+    slack_api_url: str = Field("https://slack.com/api/", validation_alias="SLACK_API_URL")
+    slack_require_mention_in_threads: bool = Field(
+        False, validation_alias="SLACK_REQUIRE_MENTION_IN_THREADS"
+    )
+
+    max_concurrent_turns: int = Field(8, ge=1, le=256, validation_alias="BA_MAX_CONCURRENT_TURNS")
+    lease_seconds: float = Field(60.0, gt=0, validation_alias="BA_LEASE_SECONDS")
+    poll_interval_s: float = Field(1.0, gt=0, validation_alias="BA_POLL_INTERVAL")
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _api_url_ends_in_slash(cls, value: str) -> str:
+        if not value.endswith("/api/"):
+            raise ValueError("must end in /api/ (e.g. https://slack.com/api/)")
+        return value
+
+    @field_validator("anthropic_base_url")
+    @classmethod
+    def _base_url_without_v1(cls, value: str | None) -> str | None:
+        if value and value.rstrip("/").endswith("/v1"):
+            raise ValueError("is the SDK's base URL and must not end in /v1")
+        return value
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'ba_agent.db').resolve()}"
+
+    @property
+    def slack_configured(self) -> bool:
+        return bool(self.slack_bot_token and self.slack_signing_secret)
+
+    @property
+    def model_configured(self) -> bool:
+        return self.anthropic_api_key is not None or self.anthropic_base_url is not None
+
+    def missing(self) -> list[str]:
+        """Names of variables that would enable more of the service, for the start-up log."""
+        missing = []
+        if not self.model_configured:
+            missing.append("ANTHROPIC_API_KEY")
+        if not self.slack_bot_token:
+            missing.append("SLACK_BOT_TOKEN")
+        if not self.slack_signing_secret:
+            missing.append("SLACK_SIGNING_SECRET")
+        return missing
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings, turning validation errors into one message that names each variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = ".".join(str(part) for part in err["loc"]) or "configuration"
+            problems.append(f"{name.upper()}: {err['msg']}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

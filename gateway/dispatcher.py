@@ -1,0 +1,216 @@
+"""Workers that answer inbox events: one turn at a time per thread, many threads at once.
+
+A worker takes a thread's lease, answers its open events oldest first, and lets go. While it
+works, a heartbeat keeps the lease alive; if the process dies, the lease expires and any
+worker (here or in another process) resumes the thread from what the database holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable
+
+from adapters.base import AnswerStream, Responder
+from agent_core.hooks import TurnObserver
+from agent_core.loop import AgentLoop
+from agent_core.messages import (
+    InboundMessage,
+    OutboundReply,
+    Role,
+    StandardMessage,
+    TextBlock,
+    ToolUseBlock,
+    new_id,
+)
+from agent_core.store.threads import ThreadStore
+from agent_core.tools.base import ToolContext
+from gateway.inbox import Inbox
+from gateway.outbound import OutboundLedger
+from gateway.tables import EventStatus, InboundEventRow
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 5
+RESET_COMMANDS = {"new", "reset", "/new", "/reset", "new conversation"}
+RESET_REPLY = "Started a fresh conversation. What would you like to analyse?"
+FAILURE_REPLY = "Sorry, something went wrong while answering this message. (reference {ref})"
+
+ToolContextFactory = Callable[[InboundMessage, str], ToolContext]
+
+
+class _ProgressObserver(TurnObserver):
+    """Forwards a turn's progress to the platform: tool status lines and streamed text."""
+
+    def __init__(self, responder: Responder, msg: InboundMessage, stream: AnswerStream | None) -> None:
+        self._responder = responder
+        self._msg = msg
+        self._stream = stream
+        self._text = ""
+
+    async def on_text(self, delta: str) -> None:
+        self._text += delta
+        if self._stream is not None:
+            await self._stream.update(self._text)
+
+    async def on_text_reset(self) -> None:
+        self._text = ""
+
+    async def on_tool_start(self, call: ToolUseBlock) -> None:
+        self._text = ""
+        await self._responder.show_status(self._msg, f"Running {call.name}…")
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        inbox: Inbox,
+        ledger: OutboundLedger,
+        store: ThreadStore,
+        agent: AgentLoop | None,
+        responders: dict[str, Responder],
+        tool_context: ToolContextFactory,
+        concurrency: int = 8,
+        lease_seconds: float = 60.0,
+        poll_interval_s: float = 1.0,
+    ) -> None:
+        self._inbox = inbox
+        self._ledger = ledger
+        self._store = store
+        self._agent = agent
+        self._responders = responders
+        self._tool_context = tool_context
+        self._concurrency = concurrency
+        self._lease_seconds = lease_seconds
+        self._poll_interval_s = poll_interval_s
+        self._process_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._worker(f"{self._process_id}/{i}"), name=f"dispatcher-{i}")
+            for i in range(self._concurrency)
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def _worker(self, owner: str) -> None:
+        while True:
+            try:
+                worked = await self._work_one_thread(owner)
+            except Exception:
+                log.exception("dispatcher worker error")
+                worked = False
+            if not worked:
+                self._inbox.wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._inbox.wakeup.wait(), timeout=self._poll_interval_s)
+
+    async def _work_one_thread(self, owner: str) -> bool:
+        for thread_key in await self._inbox.threads_with_work():
+            if await self._inbox.acquire_lease(thread_key, owner, self._lease_seconds):
+                break
+        else:
+            return False
+        heartbeat = asyncio.create_task(self._keep_lease(thread_key, owner))
+        answered = 0
+        try:
+            while (row := await self._inbox.next_event(thread_key)) is not None:
+                if not await self._answer(row):
+                    break  # failed: it waits for its retry time
+                answered += 1
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+            await self._inbox.release_lease(thread_key, owner)
+        return answered > 0
+
+    async def _keep_lease(self, thread_key: str, owner: str) -> None:
+        while True:
+            await asyncio.sleep(self._lease_seconds / 3)
+            if not await self._inbox.acquire_lease(thread_key, owner, self._lease_seconds):
+                log.error("lost the lease on %s", thread_key)
+
+    async def _answer(self, row: InboundEventRow) -> bool:
+        """Answer one event; True when it is settled (answered or given up on)."""
+        assert row.id is not None
+        msg = InboundMessage.model_validate_json(row.payload)
+        responder = self._responders.get(msg.platform)
+        if responder is None:
+            log.error("event %s: platform %s is not configured; dropping it", row.id, msg.platform)
+            await self._inbox.finish(row.id, EventStatus.FAILED, "platform not configured")
+            return True
+        await self._inbox.start(row.id)
+        attempt = row.attempts + 1
+        delivery_id = f"ev{row.id}"
+        try:
+            if attempt == 1:
+                await responder.show_progress(msg)
+            reply = await self._reply_for(msg, responder, delivery_id)
+            await self._deliver(row.id, msg, responder, reply, delivery_id)
+            await responder.clear_progress(msg)
+            await self._inbox.finish(row.id, EventStatus.DONE)
+            return True
+        except Exception as exc:
+            ref = new_id()[:12]
+            log.exception("event %s attempt %d failed (reference %s)", row.id, attempt, ref)
+            if attempt < MAX_ATTEMPTS:
+                delay = min(2.0**attempt, 60.0)
+                await self._inbox.retry_later(row.id, delay, f"{type(exc).__name__} ({ref})")
+                return False
+            await self._inbox.finish(row.id, EventStatus.FAILED, f"{type(exc).__name__} ({ref})")
+            with contextlib.suppress(Exception):
+                await responder.deliver(msg, OutboundReply(text=FAILURE_REPLY.format(ref=ref)), f"{delivery_id}-failed")
+            return True
+
+    async def _reply_for(self, msg: InboundMessage, responder: Responder, delivery_id: str) -> OutboundReply:
+        if msg.is_dm and msg.text.strip().lower() in RESET_COMMANDS:
+            await self._store.reset(msg.thread)
+            return OutboundReply(text=RESET_REPLY)
+        if self._agent is None:
+            return OutboundReply(
+                text="The analysis model is not configured yet (set ANTHROPIC_API_KEY). "
+                "Your message was received."
+            )
+        thread_id = await self._store.open(msg.thread, dm_owner=msg.user if msg.is_dm else None)
+        stream = await responder.open_stream(msg, delivery_id)
+        observer = _ProgressObserver(responder, msg, stream)
+        try:
+            result = await self._agent.run_turn(
+                thread_id,
+                _user_message(thread_id, msg),
+                event_key=msg.dedupe_key,
+                ctx=self._tool_context(msg, thread_id),
+                observer=observer,
+            )
+        finally:
+            if stream is not None:
+                await stream.close()
+        return OutboundReply(text=result.text)
+
+    async def _deliver(
+        self, row_id: int, msg: InboundMessage, responder: Responder, reply: OutboundReply, delivery_id: str
+    ) -> None:
+        pending = await self._ledger.begin(delivery_id, row_id, msg.platform, reply)
+        if pending is None:
+            return  # posted before a crash; only the bookkeeping was missing
+        await responder.deliver(msg, pending.reply, delivery_id, resumed=pending.resumed)
+        await self._ledger.mark_sent(delivery_id)
+
+
+def _user_message(thread_id: str, msg: InboundMessage) -> StandardMessage:
+    text = msg.text or "(no text)"
+    if not msg.is_dm:
+        text = f"[from {msg.user_name or msg.user}] {text}"
+    if msg.attachments:
+        names = ", ".join(a.name for a in msg.attachments)
+        text += f"\n\n(attached files: {names})"
+    return StandardMessage(thread_id=thread_id, role=Role.USER, content=[TextBlock(text=text)])

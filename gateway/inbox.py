@@ -1,0 +1,150 @@
+"""The durable inbox: accepted messages are committed before the platform is acknowledged.
+
+Work is claimed per thread through a lease row that only one process can hold at a time
+(an atomic upsert that succeeds only when the lease is free or expired). Holding the lease, a
+worker answers the thread's events oldest first, so replies in one thread keep their order,
+and a crashed process's threads are picked up by anyone once its lease expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import aliased
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from adapters.base import AcceptOutcome
+from agent_core.messages import InboundMessage, utcnow
+from gateway.tables import EventStatus, InboundEventRow, ThreadLeaseRow
+
+_OPEN = (EventStatus.PENDING.value, EventStatus.PROCESSING.value)
+
+
+class Inbox:
+    """Accepts inbound messages and hands out per-thread work under leases."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+        self.wakeup = asyncio.Event()
+
+    async def accept(self, msg: InboundMessage) -> AcceptOutcome:
+        """Store `msg` unless its event or message was seen before. Commits before returning."""
+        now = utcnow()
+        stmt = (
+            self._insert(InboundEventRow)
+            .values(
+                platform=msg.platform,
+                event_id=f"{msg.platform}:{msg.event_id}",
+                dedupe_key=msg.dedupe_key,
+                thread_key=str(msg.thread),
+                payload=msg.model_dump_json(),
+                status=EventStatus.PENDING.value,
+                attempts=0,
+                available_at=now,
+                created_at=now,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing()
+            .returning(InboundEventRow.id)
+        )
+        async with self._engine.begin() as conn:
+            inserted = (await conn.execute(stmt)).first()
+        if inserted is None:
+            return AcceptOutcome.DUPLICATE
+        self.wakeup.set()
+        return AcceptOutcome.ACCEPTED
+
+    async def threads_with_work(self, limit: int = 32) -> list[str]:
+        """Threads whose oldest unanswered event is due, the longest-waiting first."""
+        older = aliased(InboundEventRow)
+        older_open = (
+            select(older.id)
+            .where(
+                older.thread_key == InboundEventRow.thread_key,
+                older.status.in_(_OPEN),
+                older.id < InboundEventRow.id,
+            )
+            .exists()
+        )
+        stmt = (
+            select(InboundEventRow.thread_key)
+            .where(
+                InboundEventRow.status.in_(_OPEN),
+                InboundEventRow.available_at <= utcnow(),
+                ~older_open,
+            )
+            .order_by(InboundEventRow.id)
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            return list((await conn.execute(stmt)).scalars())
+
+    async def acquire_lease(self, thread_key: str, owner: str, seconds: float) -> bool:
+        """Take (or extend) the lease on a thread; False when someone else holds it."""
+        now = utcnow()
+        stmt = self._insert(ThreadLeaseRow).values(
+            thread_key=thread_key, owner=owner, expires_at=now + timedelta(seconds=seconds)
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["thread_key"],
+            set_={"owner": stmt.excluded.owner, "expires_at": stmt.excluded.expires_at},
+            where=(ThreadLeaseRow.expires_at < now) | (ThreadLeaseRow.owner == owner),
+        ).returning(ThreadLeaseRow.owner)
+        async with self._engine.begin() as conn:
+            return (await conn.execute(stmt)).first() is not None
+
+    async def release_lease(self, thread_key: str, owner: str) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                delete(ThreadLeaseRow).where(
+                    ThreadLeaseRow.thread_key == thread_key, ThreadLeaseRow.owner == owner
+                )
+            )
+
+    async def next_event(self, thread_key: str) -> InboundEventRow | None:
+        """The oldest unanswered event of a thread, if it is due (call holding the lease).
+
+        A newer event never overtakes an older one that is waiting to be retried."""
+        stmt = (
+            select(InboundEventRow)
+            .where(InboundEventRow.thread_key == thread_key, InboundEventRow.status.in_(_OPEN))
+            .order_by(InboundEventRow.id)
+            .limit(1)
+        )
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(stmt)).mappings().first()
+        if row is None or row["available_at"] > utcnow():
+            return None
+        return InboundEventRow.model_validate(dict(row))
+
+    async def start(self, event_row_id: int) -> None:
+        """Mark an event as being answered and count the attempt."""
+        await self._set(
+            event_row_id,
+            status=EventStatus.PROCESSING.value,
+            attempts=InboundEventRow.attempts + 1,
+        )
+
+    async def finish(self, event_row_id: int, status: EventStatus, error: str | None = None) -> None:
+        await self._set(event_row_id, status=status.value, error=error)
+
+    async def retry_later(self, event_row_id: int, delay_s: float, error: str) -> None:
+        """Put a failed event back, not to be picked up again for `delay_s` seconds."""
+        await self._set(
+            event_row_id,
+            status=EventStatus.PENDING.value,
+            error=error,
+            available_at=utcnow() + timedelta(seconds=delay_s),
+        )
+
+    async def _set(self, event_row_id: int, **values: object) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                update(InboundEventRow)
+                .where(InboundEventRow.id == event_row_id)
+                .values(updated_at=utcnow(), **values)
+            )

@@ -1,0 +1,72 @@
+"""The outbound ledger: each answer is recorded before it is posted and marked once posted.
+
+A delivery found in state `sending` was interrupted (crash, platform error) somewhere between
+the two records; the adapter is then asked to check the platform before posting again.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agent_core.messages import OutboundReply, utcnow
+from gateway.tables import DeliveryStatus, OutboundDeliveryRow
+
+
+class PendingDelivery:
+    """A recorded answer that still has to reach the platform."""
+
+    def __init__(self, delivery_id: str, reply: OutboundReply, resumed: bool) -> None:
+        self.delivery_id = delivery_id
+        self.reply = reply
+        self.resumed = resumed  # an earlier attempt may have posted part of it
+
+
+class OutboundLedger:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+
+    async def begin(
+        self, delivery_id: str, event_row_id: int, platform: str, reply: OutboundReply
+    ) -> PendingDelivery | None:
+        """Record the answer (first call wins); None when it was already sent."""
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                self._insert(OutboundDeliveryRow)
+                .values(
+                    id=delivery_id,
+                    event_row_id=event_row_id,
+                    platform=platform,
+                    reply=reply.model_dump_json(),
+                    status=DeliveryStatus.SENDING.value,
+                    attempts=0,
+                    created_at=utcnow(),
+                )
+                .on_conflict_do_nothing()
+            )
+            row = (
+                await conn.execute(
+                    select(OutboundDeliveryRow.status, OutboundDeliveryRow.attempts, OutboundDeliveryRow.reply)
+                    .where(OutboundDeliveryRow.id == delivery_id)
+                )
+            ).one()
+            if row.status == DeliveryStatus.SENT.value:
+                return None
+            await conn.execute(
+                update(OutboundDeliveryRow)
+                .where(OutboundDeliveryRow.id == delivery_id)
+                .values(attempts=OutboundDeliveryRow.attempts + 1)
+            )
+        return PendingDelivery(
+            delivery_id, OutboundReply.model_validate_json(row.reply), resumed=row.attempts > 0
+        )
+
+    async def mark_sent(self, delivery_id: str) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                update(OutboundDeliveryRow)
+                .where(OutboundDeliveryRow.id == delivery_id)
+                .values(status=DeliveryStatus.SENT.value, sent_at=utcnow())
+            )

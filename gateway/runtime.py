@@ -1,0 +1,85 @@
+"""Everything the service runs on, built once from `Settings` and closed once."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from adapters.base import Responder
+from agent_core.agent import build_agent
+from agent_core.config import AgentConfig
+from agent_core.loop import AgentLoop
+from agent_core.messages import InboundMessage
+from agent_core.store.db import create_engine, session_factory
+from agent_core.store.threads import ThreadStore
+from agent_core.tools.base import ToolContext
+from gateway.config import Settings
+from gateway.dispatcher import Dispatcher
+from gateway.inbox import Inbox
+from gateway.outbound import OutboundLedger
+
+log = logging.getLogger(__name__)
+
+
+def agent_config(settings: Settings) -> AgentConfig:
+    return AgentConfig(
+        api_key=settings.anthropic_api_key,
+        base_url=settings.anthropic_base_url,
+        model=settings.model,
+        max_tokens=settings.max_tokens,
+        max_iterations=settings.max_iterations,
+        model_retries=settings.model_retries,
+        model_timeout_s=settings.model_timeout_s,
+        data_dir=settings.data_dir.resolve(),
+    )
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    engine: AsyncEngine
+    store: ThreadStore
+    inbox: Inbox
+    ledger: OutboundLedger
+    agent: AgentLoop | None
+    responders: dict[str, Responder] = field(default_factory=dict)
+    dispatcher: Dispatcher | None = None
+
+    @classmethod
+    def build(cls, settings: Settings) -> Runtime:
+        """Create engine, stores and agent (no I/O yet)."""
+        engine = create_engine(settings.effective_database_url)
+        store = ThreadStore(session_factory(engine))
+        agent = build_agent(agent_config(settings), store) if settings.model_configured else None
+        return cls(settings, engine, store, Inbox(engine), OutboundLedger(engine), agent)
+
+    def tool_context(self, msg: InboundMessage, thread_id: str) -> ToolContext:
+        return ToolContext(
+            thread_id=thread_id,
+            data_dir=Path(self.settings.data_dir).resolve(),
+            channel=msg.channel,
+            user=msg.user,
+            is_dm=msg.is_dm,
+        )
+
+    def start_dispatcher(self) -> None:
+        self.dispatcher = Dispatcher(
+            inbox=self.inbox,
+            ledger=self.ledger,
+            store=self.store,
+            agent=self.agent,
+            responders=self.responders,
+            tool_context=self.tool_context,
+            concurrency=self.settings.max_concurrent_turns,
+            lease_seconds=self.settings.lease_seconds,
+            poll_interval_s=self.settings.poll_interval_s,
+        )
+        self.dispatcher.start()
+
+    async def close(self) -> None:
+        if self.dispatcher is not None:
+            await self.dispatcher.stop()
+        await self.engine.dispose()

@@ -1,0 +1,721 @@
+"""A fake Slack Web API for driving the real ``slack_sdk`` / ``slack_bolt`` in tests.
+
+::
+
+    async with FakeSlack(bot_token="xoxb-test", bot_user_id="UBOT") as fake:
+        client = AsyncWebClient(base_url=fake.base_url, token="xoxb-test")
+        await client.chat_postMessage(channel="C1", text="hi")
+        assert fake.posted(channel="C1")[0]["text"] == "hi"
+
+It behaves like Slack where tests can tell the difference: parameters arrive as query
+strings, form, multipart or JSON bodies; API errors are HTTP 200 with ``ok: false``;
+rate limits are HTTP 429 with ``Retry-After``; private file URLs answer an HTML login
+page unless the bot token is sent. It is lenient where Slack's answer would depend on
+state a test did not set up: any channel id exists, and messages the fake never saw
+(e.g. the user message an event was built from) can still be reacted to or linked.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import mimetypes
+import secrets
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+
+from . import FakeServer
+
+__all__ = ["FakeSlack", "SlackCall", "SlackUpload"]
+
+# Slack timestamps are unix seconds with microseconds; posts start here and step by 100us.
+_FIRST_TS_MICROS = 1_700_000_000_000_100
+_TS_STEP_MICROS = 100
+_MAX_REPLIES_PAGE = 1000
+# Message fields chat.postMessage / chat.update store as given.
+_MESSAGE_FIELDS = (
+    "text",
+    "blocks",
+    "attachments",
+    "metadata",
+    "markdown_text",
+    "mrkdwn",
+    "reply_broadcast",
+)
+# Fields Slack takes as JSON strings when they arrive form- or query-encoded.
+_JSON_FIELDS = ("blocks", "attachments", "metadata", "files")
+
+_LOGIN_PAGE = (
+    '<!DOCTYPE html><html lang="en-US"><head><meta charset="utf-8"><title>Slack</title></head>'
+    '<body><h1>Sign in to your workspace</h1><form action="/signin" method="post"></form>'
+    "</body></html>"
+)
+
+
+class _SlackError(Exception):
+    """Raised by method handlers; becomes ``{"ok": false, "error": ...}``."""
+
+    def __init__(self, error: str, detail: str | None = None) -> None:
+        super().__init__(error)
+        self.error = error
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class SlackCall:
+    """One Web API call: method name, merged parameters (query + body), lower-cased headers."""
+
+    method: str
+    params: dict[str, Any]
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class SlackUpload:
+    """A file shared through the v2 upload flow (get URL, POST bytes, completeUploadExternal)."""
+
+    file_id: str
+    filename: str
+    title: str
+    content: bytes
+    channel_id: str | None
+    thread_ts: str | None
+    initial_comment: str | None
+
+
+@dataclass
+class _Failure:
+    error: str
+    status: int
+    retry_after: int | None
+    remaining: int
+
+
+def _as_bool(value: Any) -> bool:
+    return value is True or str(value).lower() in ("1", "true")
+
+
+def _micros(ts: str) -> int:
+    seconds, _, fraction = ts.partition(".")
+    return int(seconds) * 1_000_000 + int(fraction.ljust(6, "0")[:6])
+
+
+class FakeSlack(FakeServer):
+    """Fake Slack Web API plus file upload/download endpoints.
+
+    State is public for assertions: :attr:`calls`, :attr:`messages` (everything in the
+    workspace the fake knows of, in post order), :attr:`files`, :attr:`uploads`,
+    :attr:`downloads`, :attr:`assistant_status`. Seed it with :meth:`add_user`,
+    :meth:`add_channel`, :meth:`add_message` and :meth:`add_file`.
+    """
+
+    def __init__(
+        self,
+        bot_token: str = "xoxb-test",
+        bot_user_id: str = "UBOT",
+        team_id: str = "T1",
+        *,
+        bot_id: str = "B1",
+        app_id: str = "A1",
+        team_domain: str = "test-workspace",
+    ) -> None:
+        super().__init__()
+        self.bot_token = bot_token
+        self.bot_user_id = bot_user_id
+        self.team_id = team_id
+        self.bot_id = bot_id
+        self.app_id = app_id
+        self.team_domain = team_domain
+        self.calls: list[SlackCall] = []
+        self.messages: list[dict[str, Any]] = []
+        self.users: dict[str, dict[str, Any]] = {}
+        self.channels: dict[str, dict[str, Any]] = {}
+        self.files: dict[str, dict[str, Any]] = {}
+        self.file_contents: dict[str, bytes] = {}
+        self.uploads: list[SlackUpload] = []
+        self.downloads: list[str] = []
+        self.assistant_status: dict[tuple[str, str], str] = {}
+        # (channel, ts) -> reaction name -> user ids; kept apart from messages so messages
+        # the fake never stored (user posts from events) can be reacted to.
+        self.reactions: dict[tuple[str, str], dict[str, list[str]]] = defaultdict(dict)
+        self._next_ts = _FIRST_TS_MICROS
+        self._failures: dict[str, deque[_Failure]] = defaultdict(deque)
+        self._upload_urls: dict[str, tuple[str, str]] = {}  # upload id -> (file id, filename)
+        self._uploaded: dict[str, str] = {}  # file id -> filename, awaiting completeUploadExternal
+        self._redirected_files: set[str] = set()
+        self._methods: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            "auth.test": self._auth_test,
+            "chat.postMessage": self._chat_post_message,
+            "chat.update": self._chat_update,
+            "chat.delete": self._chat_delete,
+            "chat.getPermalink": self._chat_get_permalink,
+            "reactions.add": self._reactions_add,
+            "reactions.remove": self._reactions_remove,
+            "assistant.threads.setStatus": self._assistant_set_status,
+            "assistant.threads.setTitle": self._ok,
+            "assistant.threads.setSuggestedPrompts": self._ok,
+            "conversations.replies": self._conversations_replies,
+            "conversations.info": self._conversations_info,
+            "users.info": self._users_info,
+            "files.getUploadURLExternal": self._files_get_upload_url,
+            "files.completeUploadExternal": self._files_complete_upload,
+            "files.info": self._files_info,
+        }
+        self.add_user(bot_user_id, "BA Agent", name="ba-agent", is_bot=True)
+
+    @property
+    def base_url(self) -> str:
+        """Pass as ``AsyncWebClient(base_url=...)``; ends with ``/api/`` like ``https://slack.com/api/``."""
+        return f"{self.root_url}/api/"
+
+    # ----------------------------------------------------------------- seeding
+
+    def add_user(
+        self, user_id: str, real_name: str, *, name: str | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        """Register a user for ``users.info``; ``fields`` override the defaults (e.g. ``tz``)."""
+        name = name or real_name.lower().replace(" ", ".")
+        user = {
+            "id": user_id,
+            "team_id": self.team_id,
+            "name": name,
+            "real_name": real_name,
+            "deleted": False,
+            "is_bot": False,
+            "tz": "UTC",
+            "tz_offset": 0,
+            "profile": {"real_name": real_name, "display_name": name, "team": self.team_id},
+            **fields,
+        }
+        self.users[user_id] = user
+        return user
+
+    def add_channel(
+        self, channel_id: str, name: str | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        """Register a channel for ``conversations.info`` (unknown ids get prefix-based defaults)."""
+        channel = {
+            **self._default_channel(channel_id),
+            **({"name": name} if name else {}),
+            **fields,
+        }
+        self.channels[channel_id] = channel
+        return channel
+
+    def add_message(
+        self,
+        channel: str,
+        text: str,
+        user: str,
+        *,
+        ts: str | None = None,
+        thread_ts: str | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """Put a (typically human) message into the workspace, e.g. a thread's earlier turns."""
+        message = {
+            "type": "message",
+            "user": user,
+            "text": text,
+            "ts": ts or self._new_ts(),
+            "team": self.team_id,
+            "channel": channel,
+            **({"thread_ts": thread_ts} if thread_ts else {}),
+            **fields,
+        }
+        self.messages.append(message)
+        return message
+
+    def add_file(
+        self,
+        name: str,
+        content: bytes,
+        mimetype: str,
+        *,
+        user: str = "U_USER",
+        redirect: bool = False,
+    ) -> dict[str, Any]:
+        """Register a user-uploaded file; return its Slack file object (call while running:
+        the URLs embed the fake's port).
+
+        Its ``url_private`` / ``url_private_download`` serve ``content`` to requests with
+        the bot token, and an HTML login page otherwise. ``redirect=True`` makes them
+        answer 302 to another URL on this fake first (that one also checks the token).
+        """
+        file = self._file_object(
+            f"F{secrets.token_hex(5).upper()}", name, name, mimetype, len(content), user
+        )
+        self.files[file["id"]] = file
+        self.file_contents[file["id"]] = content
+        if redirect:
+            self._redirected_files.add(file["id"])
+        return file
+
+    # ----------------------------------------------------------------- failure injection
+
+    def fail_next(
+        self,
+        method: str,
+        error: str = "ratelimited",
+        status: int = 429,
+        retry_after: int | None = 1,
+        times: int = 1,
+    ) -> None:
+        """Fail the next ``times`` calls to ``method``.
+
+        ``status=429`` answers like Slack's rate limiter (with ``Retry-After`` unless
+        ``retry_after`` is None); ``status=200`` answers ``{"ok": false, "error": error}``.
+        """
+        self._failures[method].append(_Failure(error, status, retry_after, times))
+
+    # ----------------------------------------------------------------- inspection
+
+    def calls_to(self, method: str) -> list[SlackCall]:
+        """Calls made to ``method``, oldest first."""
+        return [call for call in self.calls if call.method == method]
+
+    def posted(
+        self, channel: str | None = None, thread_ts: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Current state of the bot's own (non-deleted) messages, optionally filtered."""
+        return [
+            m
+            for m in self.messages
+            if m.get("bot_id") == self.bot_id
+            and (channel is None or m["channel"] == channel)
+            and (thread_ts is None or m.get("thread_ts") == thread_ts)
+        ]
+
+    def reactions_on(self, channel: str, ts: str) -> list[str]:
+        """Names of the reactions currently on a message."""
+        return [name for name, users in self.reactions.get((channel, ts), {}).items() if users]
+
+    async def wait_for(self, method: str, count: int = 1, timeout: float = 5) -> list[SlackCall]:
+        """Wait until ``method`` was called at least ``count`` times; return those calls."""
+        await self._wait_until(
+            lambda: len(self.calls_to(method)) >= count, timeout, f"{count} x {method}"
+        )
+        return self.calls_to(method)
+
+    def wait_for_sync(self, method: str, count: int = 1, timeout: float = 5) -> list[SlackCall]:
+        """Blocking :meth:`wait_for`, for sync tests using :meth:`in_thread`."""
+        self._wait_until_sync(
+            lambda: len(self.calls_to(method)) >= count, timeout, f"{count} x {method}"
+        )
+        return self.calls_to(method)
+
+    # ----------------------------------------------------------------- HTTP plumbing
+
+    def _routes(self) -> list[web.RouteDef]:
+        return [
+            web.route("*", "/api/{method}", self._api),
+            web.post("/upload/v1/{upload_id}", self._upload),
+            web.get("/files-pri/{team_file}/{name}", self._download),
+            web.get("/files-pri/{team_file}/download/{name}", self._download),
+            web.get("/files-redirected/{file_id}/{name}", self._download_redirected),
+        ]
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params = await self._params(request)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        self.calls.append(SlackCall(method, params, headers))
+
+        if failure := self._take_failure(method):
+            failure_headers = {}
+            if failure.status == 429 and failure.retry_after is not None:
+                failure_headers["Retry-After"] = str(failure.retry_after)
+            return self._json(
+                {"ok": False, "error": failure.error},
+                status=failure.status,
+                headers=failure_headers,
+            )
+
+        token = headers.get("authorization", "").removeprefix("Bearer ").strip() or params.get(
+            "token"
+        )
+        if not token:
+            return self._json({"ok": False, "error": "not_authed"})
+        if token != self.bot_token:
+            return self._json({"ok": False, "error": "invalid_auth"})
+
+        handler = self._methods.get(method)
+        if handler is None:
+            return self._json({"ok": False, "error": "unknown_method", "req_method": method})
+        try:
+            return self._json({"ok": True, **handler(params)})
+        except _SlackError as exc:
+            body: dict[str, Any] = {"ok": False, "error": exc.error}
+            if exc.detail:
+                body["response_metadata"] = {"messages": [f"[ERROR] {exc.detail}"]}
+            return self._json(body)
+
+    @staticmethod
+    async def _params(request: web.Request) -> dict[str, Any]:
+        """Merge query-string and body parameters the way Slack accepts them."""
+        params: dict[str, Any] = dict(request.query)
+        if request.content_type == "application/json":
+            params.update(await request.json())
+        elif request.can_read_body:
+            for key, value in (await request.post()).items():
+                params[key] = value.file.read() if isinstance(value, web.FileField) else value
+        for key in _JSON_FIELDS:
+            if isinstance(params.get(key), str) and params[key]:
+                params[key] = json.loads(params[key])
+        return params
+
+    def _take_failure(self, method: str) -> _Failure | None:
+        queue = self._failures.get(method)
+        if not queue:
+            return None
+        failure = queue[0]
+        failure.remaining -= 1
+        if failure.remaining <= 0:
+            queue.popleft()
+        return failure
+
+    @staticmethod
+    def _json(
+        body: dict[str, Any], status: int = 200, headers: Mapping[str, str] | None = None
+    ) -> web.Response:
+        all_headers = {"x-slack-req-id": secrets.token_hex(16), **(headers or {})}
+        return web.json_response(body, status=status, headers=all_headers)
+
+    def _new_ts(self) -> str:
+        micros = self._next_ts
+        self._next_ts += _TS_STEP_MICROS
+        return f"{micros // 1_000_000}.{micros % 1_000_000:06d}"
+
+    @staticmethod
+    def _require(params: dict[str, Any], *names: str) -> None:
+        for name in names:
+            if params.get(name) in (None, ""):
+                raise _SlackError("invalid_arguments", f"missing required field: {name}")
+
+    def _find_message(self, channel: str, ts: str) -> dict[str, Any]:
+        for message in self.messages:
+            if message["channel"] == channel and message["ts"] == ts:
+                return message
+        raise _SlackError("message_not_found")
+
+    def _public(self, message: dict[str, Any], *, with_metadata: bool = True) -> dict[str, Any]:
+        """A stored message as the API returns it (no channel; reactions attached)."""
+        hidden = {"channel"} if with_metadata else {"channel", "metadata"}
+        public = {k: v for k, v in message.items() if k not in hidden}
+        if reactions := self.reactions.get((message["channel"], message["ts"])):
+            public["reactions"] = [
+                {"name": name, "users": users, "count": len(users)}
+                for name, users in reactions.items()
+                if users
+            ]
+        return public
+
+    def _bot_message(self, channel: str, **fields: Any) -> dict[str, Any]:
+        message = {
+            "type": "message",
+            "user": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "app_id": self.app_id,
+            "ts": self._new_ts(),
+            "team": self.team_id,
+            "channel": channel,
+            **fields,
+        }
+        self.messages.append(message)
+        return message
+
+    # ----------------------------------------------------------------- methods
+
+    @staticmethod
+    def _ok(params: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def _auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "url": f"https://{self.team_domain}.slack.com/",
+            "team": "Test Workspace",
+            "user": self.users[self.bot_user_id]["name"],
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _chat_post_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "channel")
+        if not any(params.get(key) for key in ("text", "blocks", "attachments", "markdown_text")):
+            raise _SlackError("no_text")
+        fields = {key: params[key] for key in _MESSAGE_FIELDS if key in params}
+        if "mrkdwn" in fields:
+            fields["mrkdwn"] = _as_bool(fields["mrkdwn"])
+        if "text" not in fields and "markdown_text" in fields:
+            fields["text"] = fields[
+                "markdown_text"
+            ]  # Slack renders markdown_text into the message text
+        if params.get("thread_ts"):
+            fields["thread_ts"] = params["thread_ts"]
+        message = self._bot_message(params["channel"], **fields)
+        return {
+            "channel": message["channel"],
+            "ts": message["ts"],
+            "message": self._public(message),
+        }
+
+    def _chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "channel", "ts")
+        message = self._find_message(params["channel"], params["ts"])
+        if message.get("bot_id") != self.bot_id:
+            raise _SlackError("cant_update_message")
+        message.update({key: params[key] for key in _MESSAGE_FIELDS if key in params})
+        if "text" not in params and "markdown_text" in params:
+            message["text"] = params["markdown_text"]
+        message["edited"] = {"user": self.bot_user_id, "ts": self._new_ts()}
+        return {
+            "channel": message["channel"],
+            "ts": message["ts"],
+            "text": message.get("text", ""),
+            "message": self._public(message),
+        }
+
+    def _chat_delete(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "channel", "ts")
+        message = self._find_message(params["channel"], params["ts"])
+        if message.get("bot_id") != self.bot_id:
+            raise _SlackError("cant_delete_message")
+        self.messages.remove(message)
+        return {"channel": message["channel"], "ts": message["ts"]}
+
+    def _chat_get_permalink(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "channel", "message_ts")
+        channel, ts = params["channel"], params["message_ts"]
+        permalink = (
+            f"https://{self.team_domain}.slack.com/archives/{channel}/p{ts.replace('.', '')}"
+        )
+        thread_ts = next(
+            (
+                m.get("thread_ts")
+                for m in self.messages
+                if m["channel"] == channel and m["ts"] == ts
+            ),
+            None,
+        )
+        if thread_ts and thread_ts != ts:
+            permalink += f"?thread_ts={thread_ts}&cid={channel}"
+        return {"channel": channel, "permalink": permalink}
+
+    def _reactions_add(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "channel", "timestamp", "name")
+        users = self.reactions[(params["channel"], params["timestamp"])].setdefault(
+            params["name"], []
+        )
+        if self.bot_user_id in users:
+            raise _SlackError("already_reacted")
+        users.append(self.bot_user_id)
+        return {}
+
+    def _reactions_remove(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "channel", "timestamp", "name")
+        users = self.reactions[(params["channel"], params["timestamp"])].get(params["name"], [])
+        if self.bot_user_id not in users:
+            raise _SlackError("no_reaction")
+        users.remove(self.bot_user_id)
+        return {}
+
+    def _assistant_set_status(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "channel_id", "thread_ts")
+        self.assistant_status[(params["channel_id"], params["thread_ts"])] = params.get(
+            "status", ""
+        )
+        return {}
+
+    def _conversations_replies(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "channel", "ts")
+        channel, ts = params["channel"], params["ts"]
+        thread = sorted(
+            (
+                m
+                for m in self.messages
+                if m["channel"] == channel and (m["ts"] == ts or m.get("thread_ts") == ts)
+            ),
+            key=lambda m: _micros(m["ts"]),
+        )
+        if not thread:
+            raise _SlackError("thread_not_found")
+        with_metadata = _as_bool(params.get("include_all_metadata", False))
+        public = [self._public(m, with_metadata=with_metadata) for m in thread]
+        replies = [m for m in thread if m["ts"] != ts]
+        if replies and public[0]["ts"] == ts:
+            public[0].update(
+                {
+                    "thread_ts": ts,
+                    "reply_count": len(replies),
+                    "reply_users": sorted({m["user"] for m in replies if "user" in m}),
+                    "latest_reply": replies[-1]["ts"],
+                }
+            )
+
+        offset = self._decode_cursor(params["cursor"]) if params.get("cursor") else 0
+        limit = min(int(params.get("limit") or _MAX_REPLIES_PAGE), _MAX_REPLIES_PAGE)
+        page = public[offset : offset + limit]
+        has_more = offset + limit < len(public)
+        next_cursor = (
+            base64.b64encode(f"offset:{offset + limit}".encode()).decode() if has_more else ""
+        )
+        return {
+            "messages": page,
+            "has_more": has_more,
+            "response_metadata": {"next_cursor": next_cursor},
+        }
+
+    @staticmethod
+    def _decode_cursor(cursor: str) -> int:
+        try:
+            return int(base64.b64decode(cursor).decode().removeprefix("offset:"))
+        except ValueError as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
+            raise _SlackError("invalid_cursor") from exc
+
+    def _default_channel(self, channel_id: str) -> dict[str, Any]:
+        is_im, is_private = channel_id.startswith("D"), channel_id.startswith("G")
+        return {
+            "id": channel_id,
+            "name": channel_id.lower(),
+            "created": 1_600_000_000,
+            "is_channel": not (is_im or is_private),
+            "is_group": is_private,
+            "is_im": is_im,
+            "is_mpim": False,
+            "is_private": is_im or is_private,
+            "is_archived": False,
+            "is_member": True,
+        }
+
+    def _conversations_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "channel")
+        return {
+            "channel": self.channels.get(params["channel"])
+            or self._default_channel(params["channel"])
+        }
+
+    def _users_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "user")
+        if params["user"] not in self.users:
+            raise _SlackError("user_not_found")
+        return {"user": self.users[params["user"]]}
+
+    # ----------------------------------------------------------------- files
+
+    def _file_object(
+        self, file_id: str, name: str, title: str, mimetype: str, size: int, user: str
+    ) -> dict[str, Any]:
+        path = f"{self.root_url}/files-pri/{self.team_id}-{file_id}"
+        quoted = quote(name)
+        return {
+            "id": file_id,
+            "created": int(time.time()),
+            "timestamp": int(time.time()),
+            "name": name,
+            "title": title,
+            "mimetype": mimetype,
+            "filetype": name.rpartition(".")[2].lower() if "." in name else "binary",
+            "user": user,
+            "user_team": self.team_id,
+            "size": size,
+            "mode": "hosted",
+            "is_external": False,
+            "is_public": False,
+            "url_private": f"{path}/{quoted}",
+            "url_private_download": f"{path}/download/{quoted}",
+            "permalink": f"https://{self.team_domain}.slack.com/files/{user}/{file_id}/{quoted}",
+        }
+
+    def _files_get_upload_url(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "filename", "length")
+        file_id = f"F{secrets.token_hex(5).upper()}"
+        upload_id = secrets.token_urlsafe(16)
+        self._upload_urls[upload_id] = (file_id, params["filename"])
+        return {"upload_url": f"{self.root_url}/upload/v1/{upload_id}", "file_id": file_id}
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        pending = self._upload_urls.pop(request.match_info["upload_id"], None)
+        if pending is None:
+            return web.Response(status=404, text="upload url not found or already used")
+        if request.content_type.startswith("multipart/"):
+            form = await request.post()
+            field = next((v for v in form.values() if isinstance(v, web.FileField)), None)
+            content = field.file.read() if field else b""
+        else:
+            content = await request.read()
+        file_id, filename = pending
+        self.file_contents[file_id] = content
+        self._uploaded[file_id] = filename
+        return web.Response(text=f"OK - {len(content)}", content_type="text/plain")
+
+    def _files_complete_upload(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "files")
+        channel_id = (
+            params.get("channel_id") or (params.get("channels") or "").split(",")[0] or None
+        )
+        thread_ts = params.get("thread_ts") or None
+        initial_comment = params.get("initial_comment") or None
+        completed = []
+        for entry in params["files"]:
+            filename = self._uploaded.pop(entry["id"], None)
+            if filename is None:
+                raise _SlackError("file_not_found", f"file {entry['id']} was never uploaded")
+            content = self.file_contents[entry["id"]]
+            title = entry.get("title") or filename
+            mimetype = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+            file = self._file_object(
+                entry["id"], filename, title, mimetype, len(content), self.bot_user_id
+            )
+            self.files[file["id"]] = file
+            self.uploads.append(
+                SlackUpload(
+                    file["id"], filename, title, content, channel_id, thread_ts, initial_comment
+                )
+            )
+            completed.append(file)
+        if channel_id:
+            self._bot_message(
+                channel_id,
+                text=initial_comment or "",
+                files=completed,
+                upload=True,
+                **({"thread_ts": thread_ts} if thread_ts else {}),
+            )
+        return {"files": completed}
+
+    def _files_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "file")
+        if params["file"] not in self.files:
+            raise _SlackError("file_not_found")
+        return {"file": self.files[params["file"]]}
+
+    def _authorized(self, request: web.Request) -> bool:
+        return request.headers.get("Authorization", "") == f"Bearer {self.bot_token}"
+
+    def _serve_file(self, request: web.Request, file_id: str) -> web.Response:
+        if file_id not in self.files:
+            return web.Response(status=404, text="file not found")
+        if not self._authorized(request):
+            # Slack does not 401 a tokenless download: it serves its sign-in page.
+            return web.Response(text=_LOGIN_PAGE, content_type="text/html")
+        self.downloads.append(file_id)
+        return web.Response(
+            body=self.file_contents[file_id], content_type=self.files[file_id]["mimetype"]
+        )
+
+    async def _download(self, request: web.Request) -> web.Response:
+        file_id = request.match_info["team_file"].removeprefix(f"{self.team_id}-")
+        if file_id in self._redirected_files:
+            raise web.HTTPFound(f"/files-redirected/{file_id}/{quote(request.match_info['name'])}")
+        return self._serve_file(request, file_id)
+
+    async def _download_redirected(self, request: web.Request) -> web.Response:
+        return self._serve_file(request, request.match_info["file_id"])

@@ -1,0 +1,130 @@
+"""The durable inbox, thread leases, the outbound ledger and the thread store, on both databases."""
+
+from __future__ import annotations
+
+import asyncio
+
+from adapters.base import AcceptOutcome
+from agent_core.messages import (
+    InboundMessage,
+    OutboundReply,
+    Role,
+    StandardMessage,
+    TextBlock,
+    ThinkingBlock,
+    ThreadKey,
+    ToolUseBlock,
+)
+from agent_core.store.db import session_factory
+from agent_core.store.threads import ThreadStore
+from gateway.inbox import Inbox
+from gateway.migrate import upgrade
+from gateway.outbound import OutboundLedger
+from gateway.tables import EventStatus
+
+KEY = ThreadKey(platform="slack", workspace="T1", channel="C1", root="100.1")
+
+
+def inbound(event_id: str, ts: str, root: str = "100.1") -> InboundMessage:
+    return InboundMessage(
+        platform="slack",
+        event_id=event_id,
+        message_id=ts,
+        workspace="T1",
+        channel="C1",
+        thread=ThreadKey(platform="slack", workspace="T1", channel="C1", root=root),
+        reply_in_thread=root,
+        user="U1",
+        text="hello",
+    )
+
+
+async def test_accept_dedupes_event_and_message(engine) -> None:
+    inbox = Inbox(engine)
+    assert await inbox.accept(inbound("Ev1", "100.1")) is AcceptOutcome.ACCEPTED
+    assert await inbox.accept(inbound("Ev1", "100.1")) is AcceptOutcome.DUPLICATE
+    # The same message as a second event type (app_mention + message) is one message.
+    assert await inbox.accept(inbound("Ev2", "100.1")) is AcceptOutcome.DUPLICATE
+    results = await asyncio.gather(*(inbox.accept(inbound("Ev3", "100.2")) for _ in range(4)))
+    assert sorted(results) == sorted([AcceptOutcome.ACCEPTED] + [AcceptOutcome.DUPLICATE] * 3)
+    assert await inbox.threads_with_work() == [str(KEY)]
+
+
+async def test_lease_is_exclusive_until_it_expires(engine) -> None:
+    inbox = Inbox(engine)
+    assert await inbox.acquire_lease("k", "a", seconds=30)
+    assert not await inbox.acquire_lease("k", "b", seconds=30)
+    assert await inbox.acquire_lease("k", "a", seconds=30)  # the holder renews
+    await inbox.release_lease("k", "a")
+    assert await inbox.acquire_lease("k", "b", seconds=0.05)
+    await asyncio.sleep(0.1)
+    assert await inbox.acquire_lease("k", "a", seconds=30)  # expired: taken over
+
+
+async def test_concurrent_lease_attempts_have_one_winner(engine) -> None:
+    inbox = Inbox(engine)
+    wins = await asyncio.gather(*(inbox.acquire_lease("k", f"w{i}", 30) for i in range(8)))
+    assert wins.count(True) == 1
+
+
+async def test_events_of_a_thread_come_oldest_first_and_retries_do_not_overtake(engine) -> None:
+    inbox = Inbox(engine)
+    await inbox.accept(inbound("Ev1", "100.1"))
+    await inbox.accept(inbound("Ev2", "100.2"))
+    first = await inbox.next_event(str(KEY))
+    assert first is not None and first.event_id == "slack:Ev1"
+    await inbox.retry_later(first.id, 30, "boom")
+    assert await inbox.next_event(str(KEY)) is None  # Ev2 waits behind Ev1
+    assert await inbox.threads_with_work() == []
+    await inbox.finish(first.id, EventStatus.DONE)
+    second = await inbox.next_event(str(KEY))
+    assert second is not None and second.event_id == "slack:Ev2"
+
+
+async def test_ledger_records_once_and_knows_what_was_sent(engine) -> None:
+    ledger = OutboundLedger(engine)
+    pending = await ledger.begin("ev1", 1, "slack", OutboundReply(text="first"))
+    assert pending is not None and not pending.resumed
+    again = await ledger.begin("ev1", 1, "slack", OutboundReply(text="second"))
+    assert again is not None and again.resumed and again.reply.text == "first"
+    await ledger.mark_sent("ev1")
+    assert await ledger.begin("ev1", 1, "slack", OutboundReply(text="third")) is None
+
+
+async def test_thread_store_round_trip_and_restart(engine) -> None:
+    store = ThreadStore(session_factory(engine))
+    thread_id = await store.open(KEY)
+    assert await store.open(KEY) == thread_id
+    messages = [
+        StandardMessage(thread_id=thread_id, role=Role.USER, content=[TextBlock(text="q")]),
+        StandardMessage(
+            thread_id=thread_id,
+            role=Role.ASSISTANT,
+            content=[
+                ThinkingBlock(thinking="hmm", signature="sig/+=="),
+                ToolUseBlock(id="toolu_1", name="sql_query", input={"sql": "SELECT 1"}),
+            ],
+        ),
+    ]
+    await store.append(thread_id, messages[:1], event_key="e1")
+    await store.append(thread_id, messages[1:])
+    fresh = ThreadStore(session_factory(engine))  # a restarted process
+    history = await fresh.history(thread_id)
+    assert [m.to_api() for m in history] == [m.to_api() for m in messages]
+    assert await fresh.has_event(thread_id, "e1")
+    # Another process appended meanwhile: the first store sees it incrementally.
+    await fresh.append(thread_id, [StandardMessage(thread_id=thread_id, role=Role.USER, content=[TextBlock(text="r")])])
+    assert [m.text for m in await store.history(thread_id)][-1] == "r"
+
+
+async def test_reset_starts_a_new_conversation(engine) -> None:
+    store = ThreadStore(session_factory(engine))
+    first = await store.open(KEY)
+    assert await store.is_live(KEY)
+    await store.reset(KEY)
+    assert not await store.is_live(KEY)
+    assert await store.open(KEY) != first
+
+
+def test_migrations_are_idempotent(database_url: str) -> None:
+    assert upgrade(database_url) == upgrade(database_url)
