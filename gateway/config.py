@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 
@@ -56,6 +58,19 @@ class Settings(BaseSettings):
     def _api_url_ends_in_slash(cls, value: str) -> str:
         if not value.endswith("/api/"):
             raise ValueError("must end in /api/ (e.g. https://slack.com/api/)")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _supported_database(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            backend = make_url(value).get_backend_name()
+        except ArgumentError:
+            raise ValueError("is not a database URL (e.g. sqlite:///data/ba.db)") from None
+        if backend not in ("sqlite", "postgresql", "postgres"):
+            raise ValueError(f"database {backend!r} is not supported (use sqlite or postgresql)")
         return value
 
     @field_validator("anthropic_base_url")

@@ -49,12 +49,22 @@ def test_demo_database_is_deterministic(tmp_path: Path) -> None:
             "SELECT count(*), min(date), max(date), count(DISTINCT region), "
             "count(DISTINCT channel), count(DISTINCT category) FROM sales"
         ).fetchone()
-        types = dict(conn.execute("SELECT column_name, data_type FROM information_schema.columns "
-                                  "WHERE table_name = 'sales'").fetchall())
+        types = dict(
+            conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_name = 'sales'"
+            ).fetchall()
+        )
     assert (count, start, end) == (184 * 5 * 3 * 5, date(2026, 5, 1), date(2026, 10, 31))
     assert (regions, channels, categories) == (5, 3, 5)
-    assert types == {"date": "DATE", "region": "VARCHAR", "channel": "VARCHAR",
-                     "category": "VARCHAR", "orders": "INTEGER", "gmv": "DECIMAL(14,2)"}
+    assert types == {
+        "date": "DATE",
+        "region": "VARCHAR",
+        "channel": "VARCHAR",
+        "category": "VARCHAR",
+        "orders": "INTEGER",
+        "gmv": "DECIMAL(14,2)",
+    }
 
 
 def test_demo_database_contains_the_east_china_app_drop(tmp_path: Path) -> None:
@@ -62,10 +72,12 @@ def test_demo_database_contains_the_east_china_app_drop(tmp_path: Path) -> None:
     outage = DEMO_ANOMALIES[0]
     assert outage.start == date(2026, 10, 20) and outage.regions == ("East China",)
     with duckdb.connect(str(db), read_only=True) as conn:
-        daily = dict(conn.execute(
-            "SELECT date, sum(gmv) FROM sales WHERE region = 'East China' AND channel = 'app' "
-            "AND date BETWEEN DATE '2026-10-06' AND DATE '2026-10-23' GROUP BY date"
-        ).fetchall())
+        daily = dict(
+            conn.execute(
+                "SELECT date, sum(gmv) FROM sales WHERE region = 'East China' AND channel = 'app' "
+                "AND date BETWEEN DATE '2026-10-06' AND DATE '2026-10-23' GROUP BY date"
+            ).fetchall()
+        )
     # Compare each outage day with the same weekday one and two weeks earlier.
     for day in (date(2026, 10, 20), date(2026, 10, 21), date(2026, 10, 22)):
         baseline = [daily[date.fromordinal(day.toordinal() - 7 * w)] for w in (1, 2)]
@@ -135,23 +147,34 @@ def _rows(db: Path, sql: str) -> list[tuple]:
 
 
 def test_load_csv_detects_types(tmp_path: Path, workspace: Path) -> None:
-    path = _write(tmp_path, "x.csv", "date,region,orders,gmv\n2026-10-01,East China,12,100.5\n"
-                                     "2026-10-02,West China,7,\n")
+    path = _write(
+        tmp_path,
+        "x.csv",
+        "date,region,orders,gmv\n2026-10-01,East China,12,100.5\n2026-10-02,West China,7,\n",
+    )
     [table] = load_upload(workspace, path, "Daily Sales (Oct).csv", UploadLimits())
     assert table.table_name == "daily_sales_oct"
     assert table.source_file == "Daily Sales (Oct).csv" and table.sheet is None
     assert table.row_count == 2 and table.detected_encoding == "utf-8"
     assert [(c.name, c.type) for c in table.columns] == [
-        ("date", "DATE"), ("region", "VARCHAR"), ("orders", "BIGINT"), ("gmv", "DOUBLE")]
+        ("date", "DATE"),
+        ("region", "VARCHAR"),
+        ("orders", "BIGINT"),
+        ("gmv", "DOUBLE"),
+    ]
     assert _rows(workspace, "SELECT region, gmv FROM daily_sales_oct ORDER BY date") == [
-        ("East China", 100.5), ("West China", None)]
+        ("East China", 100.5),
+        ("West China", None),
+    ]
 
 
 def test_load_tsv_and_utf8_bom(tmp_path: Path, workspace: Path) -> None:
     tsv = _write(tmp_path, "a.tsv", "name\tvalue\nalpha, with comma\t1\nbeta\t2\n")
     [table] = load_upload(workspace, tsv, "metrics.tsv", UploadLimits())
     assert _rows(workspace, "SELECT * FROM metrics ORDER BY value") == [
-        ("alpha, with comma", 1), ("beta", 2)]
+        ("alpha, with comma", 1),
+        ("beta", 2),
+    ]
     bom = _write(tmp_path, "b.csv", "\ufeff城市,人数\n上海,3\n".encode("utf-8"))
     [table] = load_upload(workspace, bom, "bom.csv", UploadLimits())
     assert [c.name for c in table.columns] == ["城市", "人数"]
@@ -165,7 +188,9 @@ def test_load_gbk_csv_with_chinese_headers(tmp_path: Path, workspace: Path) -> N
     assert table.detected_encoding == "gb18030" and table.notes
     assert [c.name for c in table.columns] == ["日期", "地区", "渠道", "销售额"]
     assert _rows(workspace, 'SELECT "地区", "渠道", "销售额" FROM upload ORDER BY "日期"') == [
-        ("华东", "app", 1234.5), ("华北", "门店", 88.0)]
+        ("华东", "app", 1234.5),
+        ("华北", "门店", 88.0),
+    ]
 
 
 def test_load_multi_sheet_xlsx(tmp_path: Path, workspace: Path) -> None:
@@ -186,9 +211,15 @@ def test_load_multi_sheet_xlsx(tmp_path: Path, workspace: Path) -> None:
 
     tables = load_upload(workspace, path, "Q4 Report.xlsx", UploadLimits())
     assert [(t.table_name, t.sheet, t.row_count) for t in tables] == [
-        ("q4_report_orders", "Orders", 2), ("q4_report_sheet3", "区域", 1)]
+        ("q4_report_orders", "Orders", 2),
+        ("q4_report_sheet3", "区域", 1),
+    ]
     assert {c.name: c.type for c in tables[0].columns} == {
-        "date": "DATE", "region": "VARCHAR", "orders": "BIGINT", "gmv": "DOUBLE"}
+        "date": "DATE",
+        "region": "VARCHAR",
+        "orders": "BIGINT",
+        "gmv": "DOUBLE",
+    }
     assert _rows(workspace, "SELECT sum(gmv) FROM q4_report_orders") == [(219.5,)]
     assert _rows(workspace, 'SELECT "负责人" FROM q4_report_sheet3') == [("张三",)]
     assert [t.source_file for t in list_tables(workspace)] == ["Q4 Report.xlsx"] * 2
@@ -197,8 +228,10 @@ def test_load_multi_sheet_xlsx(tmp_path: Path, workspace: Path) -> None:
 def test_load_parquet_and_json(tmp_path: Path, workspace: Path) -> None:
     parquet = tmp_path / "p.parquet"
     with duckdb.connect() as conn:
-        conn.execute(f"COPY (SELECT range AS id, range * 1.5 AS v FROM range(5)) TO '{parquet}' "
-                     "(FORMAT parquet)")
+        conn.execute(
+            f"COPY (SELECT range AS id, range * 1.5 AS v FROM range(5)) TO '{parquet}' "
+            "(FORMAT parquet)"
+        )
     [table] = load_upload(workspace, parquet, "facts.parquet", UploadLimits())
     assert table.row_count == 5 and table.detected_encoding is None
     array = _write(tmp_path, "a.json", '[{"sku": "A1", "qty": 2}, {"sku": "B2", "qty": null}]')
@@ -280,8 +313,11 @@ def test_table_names_dedupe_and_reupload_replaces(tmp_path: Path, workspace: Pat
 
 
 def test_describe_table_stats(tmp_path: Path, workspace: Path) -> None:
-    path = _write(tmp_path, "d.csv", "day,city,amount\n2026-01-01,A,10\n2026-01-05,B,\n"
-                                     "2026-01-03,A,30\n2026-01-02,,20\n")
+    path = _write(
+        tmp_path,
+        "d.csv",
+        "day,city,amount\n2026-01-01,A,10\n2026-01-05,B,\n2026-01-03,A,30\n2026-01-02,,20\n",
+    )
     load_upload(workspace, path, "d.csv", UploadLimits())
     description = describe_table(workspace, "d")
     assert description.row_count == 4 and len(description.sample_rows) == 4
@@ -331,8 +367,12 @@ def test_query_row_and_byte_caps(demo_db: Path) -> None:
 def test_query_timeout() -> None:
     started = time.perf_counter()
     with pytest.raises(QueryTimeout, match="cancelled"):
-        run_duckdb_query(None, "SELECT count(*) FROM range(1000000) a, range(1000000) b "
-                               "WHERE a.range * b.range % 7 = 3", timeout_s=0.5)
+        run_duckdb_query(
+            None,
+            "SELECT count(*) FROM range(1000000) a, range(1000000) b "
+            "WHERE a.range * b.range % 7 = 3",
+            timeout_s=0.5,
+        )
     assert time.perf_counter() - started < 5
 
 

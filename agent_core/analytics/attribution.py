@@ -81,7 +81,13 @@ class AttributionConfig(BaseModel):
 
     max_layer: int = Field(3, ge=1, le=6, description="deepest cuboid layer searched")
     element_penalty: float = Field(
-        4.0, ge=0, description="extra description cost (nats) per asserted element (beta)"
+        2.0, ge=0, description="extra description cost (nats) per asserted element (beta)"
+    )
+    ripple_jitter: float = Field(
+        0.2, gt=0, description="relative spread of the shift among a root cause's leaves"
+    )
+    min_shift: float = Field(
+        0.5, ge=0, description="smallest material mean shift, in units of leaf noise"
     )
     variance_prior: float = Field(
         3.0, gt=0, description="pseudo-leaves of noise variance shrinking each element's spread"
@@ -248,9 +254,22 @@ def _score_cuboid(
     s2 = np.bincount(idx, weights=za * za)[present]
     mean = s1 / n
     var = np.maximum(s2 / n - mean * mean, 0.0)
-    # Shrink each element's spread towards the unit noise variance (a prior worth nu leaves).
-    spread = (n * var + cfg.variance_prior) / (n + cfg.variance_prior)
-    gain = 0.5 * n * np.log1p(mean * mean / spread)
+    # Only a material shift counts: soft-threshold the mean by ``min_shift`` noise units, so a
+    # systematic bias of a fraction of the noise over many leaves is not called a root cause.
+    mean = np.sign(mean) * np.maximum(np.abs(mean) - cfg.min_shift, 0.0)
+    # Under the ripple effect an element's leaves share a shift up to a relative jitter, so its
+    # spread is at least noise + (jitter * shift)^2. Using that floor (rather than a possibly
+    # tiny sample variance) caps the evidence per leaf at ~1/(2 jitter^2) nats, so splitting
+    # one element into finer ones gains nothing and only pays their penalties. A sample spread
+    # above the floor (leaves that moved differently, e.g. only some of them) is shrunk towards
+    # the floor with a prior worth ``variance_prior`` leaves.
+    floor = 1.0 + (cfg.ripple_jitter * mean) ** 2
+    spread = np.maximum(floor, (n * var + cfg.variance_prior * floor) / (n + cfg.variance_prior))
+    # Log-likelihood ratio of N(mean, spread) against N(0, null) on the element's leaves, where
+    # the null variance is max(1, spread): an element that is merely noisier than the rest is
+    # not evidence of a shift, only a shifted mean is.
+    null = np.maximum(spread, 1.0)
+    gain = 0.5 * n * ((mean * mean + var) / null - var / spread + np.log(null / spread))
     penalty = math.log(len(present)) + 0.5 * np.log(n) + cfg.element_penalty
     return present, gain - penalty, n
 
@@ -429,7 +448,8 @@ def _attribute_additive(
     if (f < 0).any() or (v < 0).any():
         notes.append("negative values present: relative deviations assume a non-negative metric")
 
-    usable = np.ones(len(f), dtype=bool)
+    # Empty leaves (zero on both sides) cannot show a relative change: leave them out.
+    usable = (f != 0) | (v != 0)
     selected, candidates = (
         _localize(cube, _deviation_score(f, v), (np.abs(f) + np.abs(v)) / 2, usable, cfg)
         if len(f) >= 3
@@ -542,7 +562,7 @@ def _attribute_ratio(
     if len(leaves) >= 3:
         for kind, ds, usable in (
             ("rate", rate_ds, both),
-            ("mix", mix_ds, np.ones(len(leaves), dtype=bool)),
+            ("mix", mix_ds, (d0 > 0) | (d1 > 0)),
         ):
             if usable.sum() < 3:
                 continue

@@ -60,11 +60,14 @@ def _leaf_codes(rng: np.random.Generator, cards: list[int], n_target: int) -> np
         return np.stack([g.ravel() for g in grids], axis=1)
     # Zipf-like popularity per dimension value: some regions/channels have far more leaves.
     probs = [rng.dirichlet(np.full(c, 0.8)) for c in cards]
-    codes = np.empty((0, len(cards)), dtype=np.int64)
-    while len(codes) < n_target:
-        draw = np.stack([rng.choice(c, size=n_target, p=p) for c, p in zip(cards, probs)], axis=1)
-        codes = np.unique(np.concatenate([codes, draw]), axis=0)
-    return codes[rng.permutation(len(codes))[:n_target]]
+    keys = np.empty(0, dtype=np.int64)
+    for _ in range(20):  # popular combinations repeat, so a few batches may be needed
+        draw = np.stack([rng.choice(c, size=n_target, p=p) for c, p in zip(cards, probs)])
+        keys = np.unique(np.concatenate([keys, np.ravel_multi_index(tuple(draw), cards)]))
+        if len(keys) >= n_target:
+            break
+    keys = keys[rng.permutation(len(keys))[:n_target]]
+    return np.stack(np.unravel_index(keys, cards), axis=1)
 
 
 def _group_ids(codes: np.ndarray, dims: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -102,6 +105,7 @@ def make_root_cause_case(
     n_root_causes: int | None = None,
     n_dims: int | None = None,
     noise: float | None = None,
+    noise_range: tuple[float, float] = (0.01, 0.05),
     min_leaves: int = 5,
 ) -> RootCauseCase:
     """Generate one semi-synthetic root-cause case.
@@ -109,7 +113,9 @@ def make_root_cause_case(
     * 4-5 dimensions (``a``, ``b``, ...) with 5-40 values each; up to ~30k leaves with
       skewed value popularity, so deep cuboids are sparse as in real data.
     * Leaf values are log-normal with per-dimension-value effects (heavy-tailed).
-    * ``predict`` = leaf value with multiplicative Gaussian noise (1-5 % unless given).
+    * 0-20 % of the leaves are empty (zero in both columns).
+    * ``predict`` = leaf value with multiplicative Gaussian noise whose level is drawn from
+      ``noise_range`` (1-5 % by default) unless ``noise`` is given.
     * ``layer`` (1-3) and ``n_root_causes`` (1-3) elements in one cuboid are drawn; every leaf
       under a root cause has ``real`` scaled by a common magnitude (10-80 % drop or 10-100 %
       rise) with 10 % relative jitter per leaf. In 80 % of cases all elements share a direction.
@@ -118,7 +124,8 @@ def make_root_cause_case(
     layer = layer if layer is not None else int(rng.integers(1, 4))
     k = n_root_causes if n_root_causes is not None else int(rng.integers(1, 4))
     n_dims = n_dims if n_dims is not None else int(rng.integers(4, 6))
-    noise = noise if noise is not None else float(rng.uniform(0.01, 0.05))
+    noise = noise if noise is not None else float(rng.uniform(*noise_range))
+    zero_rate = float(rng.uniform(0.0, 0.2))
     if not 1 <= layer <= n_dims:
         raise ValueError(f"layer must be within 1..{n_dims}")
 
@@ -137,6 +144,8 @@ def make_root_cause_case(
     effects = [rng.normal(0.0, 0.7, size=c) for c in cards]
     log_value = sum(e[codes[:, d]] for d, e in enumerate(effects)) + rng.normal(0, 1.0, len(codes))
     base = 100.0 * np.exp(log_value)
+    # As in the published generators, some leaves are empty (zero in both columns).
+    base[rng.random(len(base)) < zero_rate] = 0.0
     predict = base * (1.0 + rng.normal(0.0, noise, len(codes)))
     real = base.copy()
 

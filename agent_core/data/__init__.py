@@ -1,20 +1,96 @@
-"""Data access for the agent: SQL guard, demo database, uploads workspace, configured sources."""
+"""Data access for the agent: SQL guard, demo database, upload workspaces, configured sources.
 
-from agent_core.data.demo import DEMO_ANOMALIES, DEMO_DESCRIPTION, ensure_demo_database
+Names the model sees when querying DuckDB through :func:`run_duckdb_query`: uploaded tables
+unqualified (``orders_2026``), the demo table as ``demo.sales``.
+"""
+
+from agent_core.data.demo import (
+    DEMO_ANOMALIES,
+    DEMO_CATALOG,
+    DEMO_DESCRIPTION,
+    DemoAnomaly,
+    ensure_demo_database,
+)
 from agent_core.data.errors import (
     DataError,
+    DataSourceConfigError,
+    DataSourceNotAllowed,
+    MalformedUpload,
+    QueryFailed,
+    QueryTimeout,
     SQLParseError,
+    TableNotFound,
     UnsafeSQLError,
+    UnsupportedUploadType,
+    UploadError,
+    UploadTooLarge,
+)
+from agent_core.data.sources import (
+    DataSourceConfig,
+    SourceColumn,
+    SourceTable,
+    SourceTableDescription,
+    describe_source_table,
+    ensure_allowed,
+    is_allowed,
+    list_source_tables,
+    parse_datasources,
+    query_source,
 )
 from agent_core.data.sql_guard import ensure_read_only, with_row_limit
+from agent_core.data.uploads import (
+    ColumnInfo,
+    ColumnStats,
+    LoadedTable,
+    QueryResult,
+    TableDescription,
+    TableInfo,
+    UploadLimits,
+    describe_table,
+    list_tables,
+    load_upload,
+    run_duckdb_query,
+)
 
 __all__ = [
     "DEMO_ANOMALIES",
+    "DEMO_CATALOG",
     "DEMO_DESCRIPTION",
+    "ColumnInfo",
+    "ColumnStats",
     "DataError",
+    "DataSourceConfig",
+    "DataSourceConfigError",
+    "DataSourceNotAllowed",
+    "DemoAnomaly",
+    "LoadedTable",
+    "MalformedUpload",
+    "QueryFailed",
+    "QueryResult",
+    "QueryTimeout",
     "SQLParseError",
+    "SourceColumn",
+    "SourceTable",
+    "SourceTableDescription",
+    "TableDescription",
+    "TableInfo",
+    "TableNotFound",
     "UnsafeSQLError",
+    "UnsupportedUploadType",
+    "UploadError",
+    "UploadLimits",
+    "UploadTooLarge",
+    "describe_source_table",
+    "describe_table",
+    "ensure_allowed",
     "ensure_demo_database",
     "ensure_read_only",
+    "is_allowed",
+    "list_source_tables",
+    "list_tables",
+    "load_upload",
+    "parse_datasources",
+    "query_source",
+    "run_duckdb_query",
     "with_row_limit",
 ]

@@ -217,8 +217,12 @@ def _generate_columns() -> dict[str, list[object]]:
                 weekly = _WEEKLY[channel][day.weekday()]
                 for category, (category_weight, base_aov) in _CATEGORIES.items():
                     expected = (
-                        _BASE_ORDERS * region_weight * channel_weight * category_weight
-                        * weekly * trend
+                        _BASE_ORDERS
+                        * region_weight
+                        * channel_weight
+                        * category_weight
+                        * weekly
+                        * trend
                     )
                     for anomaly in DEMO_ANOMALIES:
                         if anomaly.applies(day, region, channel, category):

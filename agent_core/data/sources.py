@@ -26,7 +26,8 @@ that is read-only at the database level, so a statement the guard missed still c
 
 * PostgreSQL (psycopg): ``default_transaction_read_only=on`` and ``statement_timeout`` as
   connection options, plus ``SET TRANSACTION READ ONLY``;
-* MySQL / MariaDB (PyMySQL): ``SET SESSION TRANSACTION READ ONLY`` and
+* MySQL / MariaDB (PyMySQL, imported only when such a source is used):
+  ``SET SESSION TRANSACTION READ ONLY`` and
   ``START TRANSACTION READ ONLY``; timeout via ``max_execution_time`` (MySQL) or
   ``max_statement_time`` (MariaDB), with a socket read timeout as a backstop;
 * DuckDB: a ``read_only=True`` connection without external access (see ``uploads``).
@@ -37,6 +38,7 @@ Drivers are blocking; callers run these functions in a worker thread.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -45,11 +47,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+import duckdb
 import psycopg
-import pymysql
 import sqlalchemy
 from pydantic import BaseModel, Field, ValidationError, field_validator
-from pymysql.constants import FIELD_TYPE
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import NullPool
@@ -63,7 +64,12 @@ from agent_core.data.errors import (
     TableNotFound,
 )
 from agent_core.data.sql_guard import ensure_read_only, with_row_limit
-from agent_core.data.uploads import QueryResult, fetch_capped, run_duckdb_query
+from agent_core.data.uploads import (
+    DUCKDB_BASE_CONFIG,
+    QueryResult,
+    fetch_capped,
+    run_duckdb_query,
+)
 
 SourceKind = Literal["postgresql", "mysql", "duckdb"]
 
@@ -73,17 +79,22 @@ DEFAULT_TIMEOUT_S = 30.0
 _CONNECT_TIMEOUT_S = 10
 _SAMPLE_ROWS = 5
 _NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
-_GUARD_DIALECT: dict[SourceKind, str] = {"postgresql": "postgres", "mysql": "mysql", "duckdb": "duckdb"}
-_SYSTEM_SCHEMAS = {"information_schema", "pg_catalog", "pg_toast", "mysql", "performance_schema",
-                   "sys"}
+_GUARD_DIALECT: dict[SourceKind, str] = {
+    "postgresql": "postgres",
+    "mysql": "mysql",
+    "duckdb": "duckdb",
+}
+_SYSTEM_SCHEMAS = {
+    "information_schema",
+    "pg_catalog",
+    "pg_toast",
+    "mysql",
+    "performance_schema",
+    "sys",
+}
 # MySQL error codes: statement time limit (MySQL 3024, MariaDB 1969), lost connection after the
 # socket read timeout (2013), and a write in a read-only transaction (1792).
 _MYSQL_TIMEOUT_ERRORS = {3024, 1969, 2013}
-_MYSQL_TYPE_NAMES: dict[int, str] = {}
-for _name, _code in vars(FIELD_TYPE).items():
-    if _name.isupper() and isinstance(_code, int):
-        # Aliases (CHAR = TINY, INTERVAL = ENUM) come last; keep the primary name.
-        _MYSQL_TYPE_NAMES.setdefault(_code, _name)
 
 
 class DataSourceConfig(BaseModel):
@@ -169,7 +180,8 @@ def parse_datasources(raw: str | None) -> dict[str, DataSourceConfig]:
             sources[name] = DataSourceConfig.model_validate({**settings, "name": name})
         except ValidationError as error:
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in error.errors()
+                f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
+                for e in error.errors()
             )
             raise DataSourceConfigError(f"Data source {name!r}: {problems}") from error
     return sources
@@ -201,12 +213,13 @@ def query_source(
     setting (defaults: 1000 rows, 30 s). Raises :class:`UnsafeSQLError` for refused SQL,
     :class:`QueryTimeout` and :class:`QueryFailed`.
     """
-    rows = _smaller(row_cap, cfg.row_cap, DEFAULT_ROW_CAP)
+    rows = int(_smaller(row_cap, cfg.row_cap, DEFAULT_ROW_CAP))
     timeout = _smaller(timeout_s, cfg.statement_timeout_s, DEFAULT_TIMEOUT_S)
     if cfg.kind == "duckdb":
         # run_duckdb_query applies the guard itself and opens the file read-only.
-        return run_duckdb_query(_duckdb_path(cfg), sql, row_cap=rows, byte_cap=byte_cap,
-                                timeout_s=timeout)
+        return run_duckdb_query(
+            _duckdb_path(cfg), sql, row_cap=rows, byte_cap=byte_cap, timeout_s=timeout
+        )
     dialect = _GUARD_DIALECT[cfg.kind]
     safe_sql = ensure_read_only(sql, dialect)
     # One row past the cap tells whether the result was truncated.
@@ -233,10 +246,14 @@ def list_source_tables(cfg: DataSourceConfig, schema: str | None = None) -> list
         schemas = [schema] if schema else _user_schemas(cfg, inspector)
         tables = []
         for schema_name in schemas:
-            tables += [SourceTable(schema_name=schema_name, name=n, kind="table")
-                       for n in sorted(inspector.get_table_names(schema=schema_name))]
-            tables += [SourceTable(schema_name=schema_name, name=n, kind="view")
-                       for n in sorted(inspector.get_view_names(schema=schema_name))]
+            tables += [
+                SourceTable(schema_name=schema_name, name=n, kind="table")
+                for n in sorted(inspector.get_table_names(schema=schema_name))
+            ]
+            tables += [
+                SourceTable(schema_name=schema_name, name=n, kind="view")
+                for n in sorted(inspector.get_view_names(schema=schema_name))
+            ]
     return tables
 
 
@@ -277,8 +294,9 @@ def describe_source_table(
     dialect = _GUARD_DIALECT[cfg.kind]
     sample_sql = exp.select("*").from_(exp.table_(name, db=schema_name, quoted=True)).sql(dialect)
     sample = query_source(cfg, sample_sql, row_cap=_SAMPLE_ROWS)
-    return SourceTableDescription(schema_name=schema_name, name=name, columns=columns,
-                                  sample_rows=sample.rows)
+    return SourceTableDescription(
+        schema_name=schema_name, name=name, columns=columns, sample_rows=sample.rows
+    )
 
 
 # --- execution -------------------------------------------------------------------------------
@@ -337,6 +355,9 @@ def _run_postgres(
 def _run_mysql(
     cfg: DataSourceConfig, sql: str, row_cap: int, byte_cap: int, timeout_s: float
 ) -> _Fetched:
+    # PyMySQL is imported only here: it is needed only when a MySQL source is configured.
+    import pymysql
+
     try:
         with _mysql_connection(cfg, timeout_s) as conn, conn.cursor() as cursor:
             cursor.execute("START TRANSACTION READ ONLY")
@@ -344,7 +365,8 @@ def _run_mysql(
             if cursor.description is None:
                 raise QueryFailed("The statement returned no rows.")
             columns = [d[0] for d in cursor.description]
-            types = [_MYSQL_TYPE_NAMES.get(d[1], str(d[1])) for d in cursor.description]
+            type_names = _mysql_type_names()
+            types = [type_names.get(d[1], str(d[1])) for d in cursor.description]
             rows, truncated = fetch_capped(cursor.fetchmany, row_cap, byte_cap)
             conn.rollback()
     except pymysql.MySQLError as error:
@@ -367,8 +389,11 @@ def _postgres_connection(cfg: DataSourceConfig, timeout_s: float) -> Iterator[ps
         f"-c idle_in_transaction_session_timeout={int(timeout_s * 1000) + 5000}"
     )
     try:
-        conn = psycopg.connect(url.render_as_string(hide_password=False), options=options,
-                               connect_timeout=_CONNECT_TIMEOUT_S)
+        conn = psycopg.connect(
+            url.render_as_string(hide_password=False),
+            options=options,
+            connect_timeout=_CONNECT_TIMEOUT_S,
+        )
     except psycopg.Error as error:
         raise QueryFailed(f"Could not connect to {cfg.name!r}: {_first_line(error)}") from error
     try:
@@ -378,7 +403,10 @@ def _postgres_connection(cfg: DataSourceConfig, timeout_s: float) -> Iterator[ps
 
 
 @contextmanager
-def _mysql_connection(cfg: DataSourceConfig, timeout_s: float) -> Iterator[pymysql.Connection]:
+def _mysql_connection(cfg: DataSourceConfig, timeout_s: float) -> Iterator[Any]:
+    """A PyMySQL connection whose session is read-only and time-limited."""
+    import pymysql
+
     url = _sqlalchemy_url(cfg)
     try:
         conn = pymysql.connect(
@@ -417,7 +445,7 @@ def _inspector(cfg: DataSourceConfig) -> Iterator[sqlalchemy.Inspector]:
         url = url.set(drivername="postgresql+psycopg")
         connect_args: dict[str, Any] = {
             "options": f"-c default_transaction_read_only=on "
-                       f"-c statement_timeout={int(timeout_s * 1000)}",
+            f"-c statement_timeout={int(timeout_s * 1000)}",
             "connect_timeout": _CONNECT_TIMEOUT_S,
         }
     else:
@@ -428,7 +456,9 @@ def _inspector(cfg: DataSourceConfig) -> Iterator[sqlalchemy.Inspector]:
         with engine.connect() as conn:
             yield sqlalchemy.inspect(conn)
     except sqlalchemy.exc.DBAPIError as error:
-        raise QueryFailed(f"Could not read the catalog of {cfg.name!r}: {_first_line(error.orig)}") from error
+        raise QueryFailed(
+            f"Could not read the catalog of {cfg.name!r}: {_first_line(error.orig)}"
+        ) from error
     finally:
         engine.dispose()
 
@@ -439,18 +469,19 @@ def _user_schemas(cfg: DataSourceConfig, inspector: sqlalchemy.Inspector) -> lis
         database = _sqlalchemy_url(cfg).database
         if database:
             return [database]
-    return [s for s in inspector.get_schema_names()
-            if s not in _SYSTEM_SCHEMAS and not s.startswith("pg_")]
+    return [
+        s
+        for s in inspector.get_schema_names()
+        if s not in _SYSTEM_SCHEMAS and not s.startswith("pg_")
+    ]
 
 
 def _duckdb_rows(cfg: DataSourceConfig, sql: str, params: list[Any] | None = None) -> list[tuple]:
     """Run catalog SQL (ours, not the model's) on a DuckDB source, read-only."""
-    import duckdb
-
-    from agent_core.data.uploads import DUCKDB_BASE_CONFIG
-
     try:
-        with duckdb.connect(str(_duckdb_path(cfg)), read_only=True, config=DUCKDB_BASE_CONFIG) as conn:
+        with duckdb.connect(
+            str(_duckdb_path(cfg)), read_only=True, config=DUCKDB_BASE_CONFIG
+        ) as conn:
             return conn.execute(sql, params or []).fetchall()
     except duckdb.Error as error:
         raise QueryFailed(f"DuckDB error on {cfg.name!r}: {_first_line(error)}") from error
@@ -493,12 +524,25 @@ def _duckdb_path(cfg: DataSourceConfig) -> Path:
     return path
 
 
+@functools.cache
+def _mysql_type_names() -> dict[int, str]:
+    """PyMySQL field-type codes to names (DECIMAL, LONG, VAR_STRING …)."""
+    from pymysql.constants import FIELD_TYPE
+
+    names: dict[int, str] = {}
+    for name, code in vars(FIELD_TYPE).items():
+        if name.isupper() and isinstance(code, int):
+            # Aliases (CHAR = TINY, INTERVAL = ENUM) come last; keep the primary name.
+            names.setdefault(code, name)
+    return names
+
+
 def _postgres_type_name(conn: psycopg.Connection, oid: int) -> str:
     info = conn.adapters.types.get(oid)
     return info.name if info is not None else str(oid)
 
 
-def _smaller(requested: float | None, configured: float | None, default: float) -> Any:
+def _smaller(requested: float | None, configured: float | None, default: float) -> float:
     values = [v for v in (requested, configured) if v is not None]
     return min(values) if values else default
 

@@ -88,6 +88,10 @@ _DENIED_FUNCTIONS: frozenset[str] = frozenset(
         "checkpoint",
         "force_checkpoint",
         "sqlite_attach",
+        "postgres_query",
+        "postgres_execute",
+        "mysql_query",
+        "mysql_execute",
         # PostgreSQL: settings, sequences (writes), SQL-in-a-string.
         "set_config",
         "nextval",
@@ -114,7 +118,7 @@ _DENIED_FUNCTIONS: frozenset[str] = frozenset(
 
 # Name prefixes / suffixes that are refused: whole families of file, network or admin functions.
 _DENIED_PREFIXES: tuple[str, ...] = ("read_", "lo_", "dblink", "iceberg_", "delta_", "ducklake_")
-_DENIED_SUFFIXES: tuple[str, ...] = ("_scan", "_attach", "_query", "_execute", "_metadata")
+_DENIED_SUFFIXES: tuple[str, ...] = ("_scan", "_attach")
 _DENIED_INFIXES: tuple[str, ...] = ("_scan_",)
 
 # PostgreSQL's pg_* namespace mixes harmless helpers with file access and server administration
@@ -190,6 +194,7 @@ _ALLOWED_TABLE_FUNCTION_TYPES: tuple[type[exp.Expression], ...] = (
     exp.GenerateSeries,
     exp.ExplodingGenerateSeries,
     exp.Unnest,
+    exp.JSONTable,
 )
 
 # Characters that never appear in a sensible table name but always in a path or URL; DuckDB
@@ -233,7 +238,9 @@ def with_row_limit(sql: str, limit: int, dialect: Dialect | str = "duckdb") -> s
         raise ValueError("limit must be >= 0")
     statement = _parse_single(sql, dialect)
     if not _is_query(statement):
-        raise UnsafeSQLError(f"A row limit can only be applied to a query; got {_describe(statement)}.")
+        raise UnsafeSQLError(
+            f"A row limit can only be applied to a query; got {_describe(statement)}."
+        )
     current = statement.args.get("limit")
     if current is None:
         statement.set("limit", exp.Limit(expression=exp.Literal.number(limit)))
@@ -246,7 +253,9 @@ def with_row_limit(sql: str, limit: int, dialect: Dialect | str = "duckdb") -> s
             return statement.sql(dialect=dialect, comments=False)
     wrapped = (
         exp.select("*")
-        .from_(exp.Subquery(this=statement, alias=exp.TableAlias(this=exp.to_identifier("_capped"))))
+        .from_(
+            exp.Subquery(this=statement, alias=exp.TableAlias(this=exp.to_identifier("_capped")))
+        )
         .limit(limit)
     )
     return wrapped.sql(dialect=dialect, comments=False)
@@ -263,8 +272,7 @@ def _parse_single(sql: str, dialect: str) -> exp.Expression:
         raise SQLParseError("The SQL is empty.")
     if len(statements) > 1:
         raise UnsafeSQLError(
-            f"Only one statement is allowed per query; got {len(statements)} "
-            f"(separated by ';')."
+            f"Only one statement is allowed per query; got {len(statements)} (separated by ';')."
         )
     return statements[0]
 

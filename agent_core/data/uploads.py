@@ -34,7 +34,8 @@ import unicodedata
 import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import date, datetime, time as dt_time
+from datetime import date, datetime
+from datetime import time as dt_time
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,9 @@ from agent_core.data.errors import (
     QueryFailed,
     QueryTimeout,
     TableNotFound,
-    UploadTooLarge,
     UnsupportedUploadType,
+    UploadError,
+    UploadTooLarge,
 )
 from agent_core.data.sql_guard import ensure_read_only, with_row_limit
 
@@ -69,8 +71,21 @@ _PARQUET_SUFFIXES = {".parquet", ".pq"}
 _MAX_NAME_LENGTH = 48
 _SAMPLE_ROWS = 5
 
-_NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-                  "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL")
+_NUMERIC_TYPES = (
+    "TINYINT",
+    "SMALLINT",
+    "INTEGER",
+    "BIGINT",
+    "HUGEINT",
+    "UTINYINT",
+    "USMALLINT",
+    "UINTEGER",
+    "UBIGINT",
+    "UHUGEINT",
+    "FLOAT",
+    "DOUBLE",
+    "DECIMAL",
+)
 _TEMPORAL_TYPES = ("DATE", "TIME", "TIMESTAMP")
 
 
@@ -175,8 +190,14 @@ def load_upload(
     db_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ba-upload-") as scratch, _workspace_lock(db_path):
         sources = _prepare_sources(file_path, original_name, suffix, Path(scratch), limits)
-        with duckdb.connect(str(db_path), config=DUCKDB_BASE_CONFIG) as conn:
-            return _store_tables(conn, sources, original_name, limits)
+        try:
+            with duckdb.connect(str(db_path), config=DUCKDB_BASE_CONFIG) as conn:
+                return _store_tables(conn, sources, original_name, limits)
+        except duckdb.Error as error:
+            # E.g. another process holds the workspace file; the transaction was rolled back.
+            raise UploadError(
+                f"{original_name} could not be stored: {_first_line(error)}"
+            ) from error
 
 
 class _Source(BaseModel):
@@ -253,15 +274,21 @@ def _excel_sources(
     try:
         for index, sheet in enumerate(workbook.worksheets):
             csv_path = scratch / f"sheet_{index}.csv"
-            written = _sheet_to_csv(sheet.iter_rows(values_only=True), csv_path, limits,
-                                    f"{original_name} / {sheet.title}")
+            written = _sheet_to_csv(
+                sheet.iter_rows(values_only=True),
+                csv_path,
+                limits,
+                f"{original_name} / {sheet.title}",
+            )
             if written:
-                sources.append(_Source(
-                    reader_sql="read_csv($path, header=true, sample_size=-1, delim=',', quote='\"')",
-                    path=str(csv_path),
-                    sheet=sheet.title,
-                    sheet_index=index,
-                ))
+                sources.append(
+                    _Source(
+                        reader_sql="read_csv($path, header=true, sample_size=-1, delim=',')",
+                        path=str(csv_path),
+                        sheet=sheet.title,
+                        sheet_index=index,
+                    )
+                )
     finally:
         workbook.close()
     if not sources:
@@ -311,20 +338,29 @@ def _excel_cell(value: Any) -> str:
 
 
 def _store_tables(
-    conn: duckdb.DuckDBPyConnection, sources: list[_Source], original_name: str, limits: UploadLimits
+    conn: duckdb.DuckDBPyConnection,
+    sources: list[_Source],
+    original_name: str,
+    limits: UploadLimits,
 ) -> list[LoadedTable]:
-    conn.execute(
-        f"CREATE TABLE IF NOT EXISTS {_UPLOADS_TABLE} (table_name VARCHAR PRIMARY KEY, "
-        "original_name VARCHAR NOT NULL, sheet VARCHAR, loaded_at TIMESTAMP NOT NULL)"
-    )
-    reserved = {row[0] for row in conn.execute(
-        "SELECT keyword_name FROM duckdb_keywords() WHERE keyword_category <> 'unreserved'"
-    ).fetchall()}
+    reserved = {
+        row[0]
+        for row in conn.execute(
+            "SELECT keyword_name FROM duckdb_keywords() WHERE keyword_category <> 'unreserved'"
+        ).fetchall()
+    }
     conn.execute("BEGIN TRANSACTION")
     try:
-        replaced = [row[0] for row in conn.execute(
-            f"SELECT table_name FROM {_UPLOADS_TABLE} WHERE original_name = ?", [original_name]
-        ).fetchall()]
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {_UPLOADS_TABLE} (table_name VARCHAR PRIMARY KEY, "
+            "original_name VARCHAR NOT NULL, sheet VARCHAR, loaded_at TIMESTAMP NOT NULL)"
+        )
+        replaced = [
+            row[0]
+            for row in conn.execute(
+                f"SELECT table_name FROM {_UPLOADS_TABLE} WHERE original_name = ?", [original_name]
+            ).fetchall()
+        ]
         for table in replaced:
             conn.execute(f"DROP TABLE IF EXISTS {quote_identifier(table)}")
         conn.execute(f"DELETE FROM {_UPLOADS_TABLE} WHERE original_name = ?", [original_name])
@@ -352,7 +388,10 @@ def _store_tables(
 
 
 def _load_one(
-    conn: duckdb.DuckDBPyConnection, source: _Source, name: str, original_name: str,
+    conn: duckdb.DuckDBPyConnection,
+    source: _Source,
+    name: str,
+    original_name: str,
     limits: UploadLimits,
 ) -> LoadedTable:
     label = original_name if source.sheet is None else f"{original_name} / {source.sheet}"
@@ -364,17 +403,23 @@ def _load_one(
             {"path": source.path},
         )
     except duckdb.Error as error:
-        raise MalformedUpload(f"{label} could not be read as a table: {_first_line(error)}") from error
+        raise MalformedUpload(
+            f"{label} could not be read as a table: {_first_line(error)}"
+        ) from error
     row_count = conn.execute(f"SELECT count(*) FROM {quote_identifier(name)}").fetchone()[0]
     if row_count > limits.max_rows:
         raise UploadTooLarge(f"{label} has more than {limits.max_rows:,} rows, the upload limit.")
     if row_count == 0:
         raise MalformedUpload(f"{label} has a header but no data rows.")
-    columns = [ColumnInfo(name=col, type=typ) for col, typ in conn.execute(
-        "SELECT column_name, data_type FROM duckdb_columns() "
-        "WHERE database_name = current_database() AND schema_name = 'main' AND table_name = ? "
-        "ORDER BY column_index", [name]
-    ).fetchall()]
+    columns = [
+        ColumnInfo(name=col, type=typ)
+        for col, typ in conn.execute(
+            "SELECT column_name, data_type FROM duckdb_columns() "
+            "WHERE database_name = current_database() AND schema_name = 'main' AND table_name = ? "
+            "ORDER BY column_index",
+            [name],
+        ).fetchall()
+    ]
     return LoadedTable(
         table_name=name,
         source_file=original_name,
@@ -439,8 +484,15 @@ def list_tables(db_path: Path) -> list[TableInfo]:
             # estimated_size is not exact; a count(*) is cheap in DuckDB.
             row_count = conn.execute(f"SELECT count(*) FROM {quote_identifier(name)}").fetchone()[0]
             source_file, sheet = sources.get(name, (None, None))
-            tables.append(TableInfo(name=name, row_count=row_count, column_count=column_count,
-                                    source_file=source_file, sheet=sheet))
+            tables.append(
+                TableInfo(
+                    name=name,
+                    row_count=row_count,
+                    column_count=column_count,
+                    source_file=source_file,
+                    sheet=sheet,
+                )
+            )
     return tables
 
 
@@ -451,14 +503,16 @@ def describe_table(db_path: Path, table: str) -> TableDescription:
     if not db_path.exists():
         raise TableNotFound(f"There is no table {table!r}: no tables have been loaded yet.")
     with _read_connection(db_path) as conn:
-        names = [row[0] for row in conn.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
-            "AND schema_name = 'main' AND NOT starts_with(table_name, '_')"
-        ).fetchall()]
+        names = [
+            row[0]
+            for row in conn.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+                "AND schema_name = 'main' AND NOT starts_with(table_name, '_')"
+            ).fetchall()
+        ]
         if table not in names:
-            raise TableNotFound(
-                f"There is no table {table!r}. Available tables: {', '.join(sorted(names)) or 'none'}."
-            )
+            available = ", ".join(sorted(names)) or "none"
+            raise TableNotFound(f"There is no table {table!r}. Available tables: {available}.")
         quoted = quote_identifier(table)
         columns = conn.execute(
             "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = "
@@ -478,16 +532,22 @@ def describe_table(db_path: Path, table: str) -> TableDescription:
     for name, data_type in columns:
         non_null, distinct = next(values), next(values)
         low, high = (next(values), next(values)) if _has_range(data_type) else (None, None)
-        described.append(ColumnStats(
-            name=name,
-            type=data_type,
-            null_share=round(1 - non_null / row_count, 4) if row_count else 0.0,
-            distinct_count=distinct,
-            min=low,
-            max=high,
-        ))
-    return TableDescription(name=table, row_count=row_count, columns=described,
-                            sample_rows=[list(row) for row in sample])
+        described.append(
+            ColumnStats(
+                name=name,
+                type=data_type,
+                null_share=round(1 - non_null / row_count, 4) if row_count else 0.0,
+                distinct_count=distinct,
+                min=low,
+                max=high,
+            )
+        )
+    return TableDescription(
+        name=table,
+        row_count=row_count,
+        columns=described,
+        sample_rows=[list(row) for row in sample],
+    )
 
 
 def _has_range(data_type: str) -> bool:
@@ -497,7 +557,8 @@ def _has_range(data_type: str) -> bool:
 def _upload_sources(conn: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str | None]]:
     exists = conn.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-        "AND schema_name = 'main' AND table_name = ?", [_UPLOADS_TABLE]
+        "AND schema_name = 'main' AND table_name = ?",
+        [_UPLOADS_TABLE],
     ).fetchone()[0]
     if not exists:
         return {}
@@ -528,27 +589,28 @@ def run_duckdb_query(
     """
     safe_sql = ensure_read_only(sql, "duckdb")
     capped_sql = with_row_limit(safe_sql, row_cap + 1, "duckdb")
+    # A conversation without uploads has no workspace file yet: query an in-memory database.
     workspace = Path(workspace_db) if workspace_db is not None else None
-    has_workspace = workspace is not None and workspace.exists()
+    if workspace is not None and not workspace.exists():
+        workspace = None
     started = time.monotonic()
-    with (_workspace_lock(workspace) if has_workspace else _no_lock()):
-        with _query_connection(workspace if has_workspace else None, demo_db) as conn:
-            timer = threading.Timer(timeout_s, conn.interrupt)
-            timer.start()
-            try:
-                cursor = conn.execute(capped_sql)
-                columns = [d[0] for d in cursor.description]
-                column_types = [str(d[1]) for d in cursor.description]
-                rows, truncated = fetch_capped(cursor.fetchmany, row_cap, byte_cap)
-            except duckdb.InterruptException as error:
-                raise QueryTimeout(
-                    f"The query was cancelled after {timeout_s:g} s. Aggregate more or filter to "
-                    f"fewer rows."
-                ) from error
-            except duckdb.Error as error:
-                raise QueryFailed(f"DuckDB error: {_first_line(error)}") from error
-            finally:
-                timer.cancel()
+    with _workspace_lock(workspace), _query_connection(workspace, demo_db) as conn:
+        timer = threading.Timer(timeout_s, conn.interrupt)
+        timer.start()
+        try:
+            cursor = conn.execute(capped_sql)
+            columns = [d[0] for d in cursor.description]
+            column_types = [str(d[1]) for d in cursor.description]
+            rows, truncated = fetch_capped(cursor.fetchmany, row_cap, byte_cap)
+        except duckdb.InterruptException as error:
+            raise QueryTimeout(
+                f"The query was cancelled after {timeout_s:g} s. Aggregate more or filter to "
+                f"fewer rows."
+            ) from error
+        except duckdb.Error as error:
+            raise QueryFailed(f"DuckDB error: {_first_line(error)}") from error
+        finally:
+            timer.cancel()
     return QueryResult(
         sql=safe_sql,
         columns=columns,
@@ -591,13 +653,18 @@ def _query_connection(
     try:
         conn = duckdb.connect(target, read_only=workspace is not None, config=DUCKDB_BASE_CONFIG)
     except duckdb.Error as error:
-        raise QueryFailed(f"The workspace database could not be opened: {_first_line(error)}") from error
+        raise QueryFailed(f"The database could not be opened: {_first_line(error)}") from error
     try:
-        if demo_db is not None:
-            conn.execute(f"ATTACH {_sql_string(str(demo_db))} AS {DEMO_CATALOG} (READ_ONLY)")
-        # Order matters: attach first, then cut off the file system, then freeze settings.
-        conn.execute("SET enable_external_access = false")
-        conn.execute("SET lock_configuration = true")
+        try:
+            if demo_db is not None:
+                conn.execute(f"ATTACH {_sql_string(str(demo_db))} AS {DEMO_CATALOG} (READ_ONLY)")
+            # Order matters: attach first, then cut off the file system, then freeze settings.
+            conn.execute("SET enable_external_access = false")
+            conn.execute("SET lock_configuration = true")
+        except duckdb.Error as error:
+            raise QueryFailed(
+                f"The database could not be prepared: {_first_line(error)}"
+            ) from error
         yield conn
     finally:
         conn.close()
@@ -605,10 +672,15 @@ def _query_connection(
 
 @contextmanager
 def _read_connection(db_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    with _workspace_lock(db_path), duckdb.connect(
-        str(db_path), read_only=True, config=DUCKDB_BASE_CONFIG
-    ) as conn:
-        yield conn
+    with _workspace_lock(db_path):
+        try:
+            conn = duckdb.connect(str(db_path), read_only=True, config=DUCKDB_BASE_CONFIG)
+        except duckdb.Error as error:
+            raise QueryFailed(f"The database could not be opened: {_first_line(error)}") from error
+        try:
+            yield conn
+        finally:
+            conn.close()
 
 
 _locks: dict[Path, threading.Lock] = {}
@@ -616,8 +688,14 @@ _locks_guard = threading.Lock()
 
 
 @contextmanager
-def _workspace_lock(db_path: Path) -> Iterator[None]:
-    """Serialize this process's connections to one DuckDB file (see module docstring)."""
+def _workspace_lock(db_path: Path | None) -> Iterator[None]:
+    """Serialize this process's connections to one DuckDB file (see module docstring).
+
+    ``None`` (an in-memory database) needs no lock.
+    """
+    if db_path is None:
+        yield
+        return
     key = Path(db_path).resolve()
     with _locks_guard:
         lock = _locks.setdefault(key, threading.Lock())
@@ -625,16 +703,14 @@ def _workspace_lock(db_path: Path) -> Iterator[None]:
         yield
 
 
-@contextmanager
-def _no_lock() -> Iterator[None]:
-    yield
-
-
 def _main_tables(conn: duckdb.DuckDBPyConnection) -> list[str]:
-    return [row[0] for row in conn.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
-        "AND schema_name = 'main'"
-    ).fetchall()]
+    return [
+        row[0]
+        for row in conn.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = 'main'"
+        ).fetchall()
+    ]
 
 
 def quote_identifier(name: str) -> str:

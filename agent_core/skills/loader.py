@@ -88,7 +88,7 @@ def _construct_mapping(loader: _StrictSafeLoader, node: yaml.MappingNode) -> dic
 
 _StrictSafeLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,  # type: ignore[arg-type]
+    _construct_mapping,
 )
 
 
@@ -158,7 +158,7 @@ def _body_issues(body: str) -> list[SkillIssue]:
 
 
 def _iter_resource_files(skill_dir: Path) -> Iterator[tuple[str, Path]]:
-    """(relpath, path) of regular files under the resource folders, sorted, no symlinks.
+    """(relpath, path) of regular files under the resource folders, no symlinks.
 
     Symlinks are skipped (and logged) rather than followed: a skill copied from elsewhere must
     not be able to expose files outside its folder.
@@ -170,15 +170,16 @@ def _iter_resource_files(skill_dir: Path) -> Iterator[tuple[str, Path]]:
                 logger.warning("skill %s: skipping symlinked folder %s", skill_dir.name, top)
             continue
         for dirpath, dirnames, filenames in os.walk(base):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for filename in sorted(filenames):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            for filename in filenames:
                 path = Path(dirpath, filename)
                 if filename.startswith("."):
                     continue
                 relpath = path.relative_to(skill_dir).as_posix()
                 if path.is_symlink() or not path.is_file():
-                    logger.warning("skill %s: skipping non-regular file %s", skill_dir.name,
-                                   relpath)
+                    logger.warning(
+                        "skill %s: skipping non-regular file %s", skill_dir.name, relpath
+                    )
                     continue
                 yield relpath, path
 
@@ -186,11 +187,9 @@ def _iter_resource_files(skill_dir: Path) -> Iterator[tuple[str, Path]]:
 def _load_resources(skill_dir: Path) -> tuple[dict[str, SkillResource], list[SkillIssue]]:
     resources: dict[str, SkillResource] = {}
     issues: list[SkillIssue] = []
-    for relpath, path in _iter_resource_files(skill_dir):
+    for relpath, path in sorted(_iter_resource_files(skill_dir)):
         if len(resources) >= MAX_RESOURCES:
-            issues.append(
-                SkillIssue(field="resources", message=f"more than {MAX_RESOURCES} files")
-            )
+            issues.append(SkillIssue(field="resources", message=f"more than {MAX_RESOURCES} files"))
             break
         size = path.stat().st_size
         text: str | None = None
@@ -218,8 +217,11 @@ def parse_skill(skill_dir: Path) -> Skill:
     if size > MAX_SKILL_FILE_BYTES:
         raise SkillValidationError(
             skill_file,
-            [SkillIssue(field="file", message=f"{size} bytes; the limit is "
-                        f"{MAX_SKILL_FILE_BYTES}")],
+            [
+                SkillIssue(
+                    field="file", message=f"{size} bytes; the limit is {MAX_SKILL_FILE_BYTES}"
+                )
+            ],
         )
     try:
         text = skill_file.read_text(encoding="utf-8")
@@ -245,8 +247,9 @@ def parse_skill(skill_dir: Path) -> Skill:
     name = data.get("name")
     if isinstance(name, str) and name != skill_dir.name:
         issues.append(
-            SkillIssue(field="name", message=f"{name!r} must match the folder name "
-                       f"{skill_dir.name!r}")
+            SkillIssue(
+                field="name", message=f"{name!r} must match the folder name {skill_dir.name!r}"
+            )
         )
     issues += _body_issues(body)
     resources, resource_issues = _load_resources(skill_dir)
@@ -302,9 +305,9 @@ class SkillCatalog:
         try:
             return self._skills[name]
         except KeyError:
-            available = ", ".join(
-                s.name for s in self._skills.values() if s.model_invocable
-            ) or "none"
+            available = (
+                ", ".join(s.name for s in self._skills.values() if s.model_invocable) or "none"
+            )
             raise SkillNotFound(f"no skill named {name!r} (available: {available})") from None
 
     # ---- level 1
@@ -350,8 +353,9 @@ class SkillCatalog:
             description=skill.description,
             instructions=skill.instructions,
             resources=[
-                SkillResourceInfo(uri=skill_uri(skill.name, r.relpath), size=r.size,
-                                  readable=r.readable)
+                SkillResourceInfo(
+                    uri=skill_uri(skill.name, r.relpath), size=r.size, readable=r.readable
+                )
                 for r in skill.resources.values()
             ],
             allowed_tools=skill.allowed_tools,
@@ -371,9 +375,7 @@ class SkillCatalog:
         resource = skill.resources.get(key)
         if resource is None:
             listing = ", ".join(skill.resources) or "none"
-            raise SkillNotFound(
-                f"skill {name!r} has no file {relpath[:200]!r} (files: {listing})"
-            )
+            raise SkillNotFound(f"skill {name!r} has no file {relpath[:200]!r} (files: {listing})")
         if resource.text is None:
             raise SkillNotFound(
                 f"{skill_uri(name, key)} is binary or larger than "
@@ -426,8 +428,9 @@ def load_skills(dirs: Sequence[Path]) -> SkillCatalog:
                 continue
             previous = skills.get(skill.name)
             if previous is not None:
-                logger.info("skill %s from %s overrides %s", skill.name, skill_dir,
-                            previous.directory)
+                logger.info(
+                    "skill %s from %s overrides %s", skill.name, skill_dir, previous.directory
+                )
             skills[skill.name] = skill
     for error in errors:
         logger.error("%s", error.describe())

@@ -47,7 +47,8 @@ def skill_uri(name: str, relpath: str) -> str:
 class SkillFrontmatter(BaseModel):
     """The validated YAML header of a SKILL.md (level-1 data plus execution settings)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+    # No populate_by_name: "allowed_tools" must be rejected as unknown, not accepted as an alias.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: str = Field(max_length=MAX_NAME_CHARS)
     description: str = Field(max_length=MAX_DESCRIPTION_CHARS)

@@ -33,10 +33,11 @@ def sync_url(url: str) -> URL:
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001 - DBAPI callback
     cursor = dbapi_connection.cursor()
-    # WAL lets readers run beside the writer; busy_timeout makes concurrent writers wait
-    # instead of failing; FULL keeps a committed event on disk before we acknowledge it.
+    # WAL with synchronous=NORMAL: a commit is in the WAL file before we acknowledge, so it
+    # survives a crash of this process; only a power loss can take the last commits with it
+    # (run PostgreSQL where that matters). busy_timeout covers other processes (the CLI).
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
@@ -46,7 +47,9 @@ def create_engine(url: str) -> AsyncEngine:
     """An async engine for `url` (plain sqlite:/// or postgresql:// URLs are fine)."""
     normalised = _normalise(url, is_async=True)
     if normalised.get_backend_name() == "sqlite":
-        engine = create_async_engine(normalised, pool_size=8, max_overflow=8)
+        # One connection: SQLite has one writer at a time anyway, and queueing in the pool
+        # (async, FIFO) is far cheaper than SQLite's lock-retry sleeps of up to 100 ms.
+        engine = create_async_engine(normalised, pool_size=1, max_overflow=0)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(normalised, pool_size=10, max_overflow=10, pool_pre_ping=True)

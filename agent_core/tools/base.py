@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
-from agent_core.messages import ToolUseBlock
+from agent_core.messages import OutboundFile, ToolUseBlock
 
 
 class ErrorType(StrEnum):
@@ -48,6 +48,8 @@ class ToolContext:
     channel: str = ""
     user: str = ""
     is_dm: bool = False
+    # Files a tool made for the user (charts, reports): posted beside the turn's answer.
+    produced_files: list[OutboundFile] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
 
 

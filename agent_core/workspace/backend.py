@@ -43,17 +43,17 @@ class WorkspaceLimits(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    read_max_lines: int = Field(2000, ge=1, description="Lines returned by one read() at most.")
-    read_max_bytes: int = Field(256 * 1024, ge=1024, description="Bytes of text per read().")
-    line_max_chars: int = Field(2000, ge=80, description="Longer lines are cut with a marker.")
-    read_bytes_max: int = Field(50 * 1024 * 1024, ge=1, description="Cap for read_bytes().")
-    write_max_bytes: int = Field(50 * 1024 * 1024, ge=1, description="Cap for write().")
-    edit_max_bytes: int = Field(5 * 1024 * 1024, ge=1, description="Files edit() will load.")
-    grep_max_matches: int = Field(200, ge=1, description="Matches returned by grep() at most.")
-    grep_max_file_bytes: int = Field(10 * 1024 * 1024, ge=1, description="grep skips larger.")
-    grep_max_files: int = Field(5000, ge=1, description="Files one grep() scans at most.")
-    glob_max_results: int = Field(500, ge=1, description="Entries returned by glob() at most.")
-    ls_max_entries: int = Field(1000, ge=1, description="Entries returned by ls() at most.")
+    read_max_lines: int = Field(default=2000, ge=1)  # lines per read() page
+    read_max_bytes: int = Field(default=256 * 1024, ge=1024)  # text per read() page
+    line_max_chars: int = Field(default=2000, ge=80)  # longer lines are cut with a marker
+    read_bytes_max: int = Field(default=50 * 1024 * 1024, ge=1)  # whole-file read_bytes()
+    write_max_bytes: int = Field(default=50 * 1024 * 1024, ge=1)  # one write()
+    edit_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1)  # files edit() will load
+    grep_max_matches: int = Field(default=200, ge=1)  # matches returned by one grep()
+    grep_max_file_bytes: int = Field(default=10 * 1024 * 1024, ge=1)  # grep skips larger files
+    grep_max_files: int = Field(default=5000, ge=1)  # files one grep() looks at
+    glob_max_results: int = Field(default=500, ge=1)  # entries returned by one glob()
+    ls_max_entries: int = Field(default=1000, ge=1)  # entries returned by one ls()
 
 
 class FileInfo(BaseModel):
@@ -95,7 +95,7 @@ class ReadResult(BaseModel):
             notes.append(f"[{self.cut_lines} over-long line(s) were cut]")
         if self.next_offset is not None:
             notes.append(
-                f"[truncated — showing lines {self.offset + 1}–{self.offset + self.lines}; "
+                f"[truncated — showing lines {self.offset + 1}-{self.offset + self.lines}; "
                 f"continue with offset={self.next_offset}]"
             )
         return "\n".join([self.content, *notes]) if self.content else "\n".join(notes)

@@ -30,8 +30,8 @@ import os
 import re
 import secrets
 import stat as stat_mod
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, closing, contextmanager
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import ExitStack, closing, contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -106,7 +106,9 @@ def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
         return None
 
 
-def _iter_lines(f: io.BufferedReader, max_line_bytes: int) -> Iterator[tuple[bytes, bool]]:
+def _iter_lines(
+    f: io.BufferedReader[io.FileIO], max_line_bytes: int
+) -> Iterator[tuple[bytes, bool]]:
     """Yield (line without newline, was_cut), reading at most `max_line_bytes` per line.
 
     Bounded reads matter: a single-line multi-gigabyte file must not be loaded into memory.
@@ -124,7 +126,7 @@ def _iter_lines(f: io.BufferedReader, max_line_bytes: int) -> Iterator[tuple[byt
             rest = f.readline(max_line_bytes)
             if not rest:
                 break
-            cut = True
+            cut = cut or bool(rest.rstrip(b"\r\n"))  # a bare newline is not cut content
             if rest.endswith(b"\n"):
                 break
         yield chunk.rstrip(b"\r"), cut
@@ -241,10 +243,8 @@ class LocalWorkspace:
         except FileNotFoundError:
             if not create:
                 raise
-            try:
+            with suppress(FileExistsError):  # created concurrently: the open re-checks it
                 os.mkdir(name, 0o700, dir_fd=parent_fd)
-            except FileExistsError:
-                pass  # created concurrently; the open below re-checks what it is
             return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
         except OSError:
             # O_NOFOLLOW|O_DIRECTORY reports a symlink as ENOTDIR on Linux; tell the two apart.
@@ -273,7 +273,9 @@ class LocalWorkspace:
             os.close(fd)
 
     @contextmanager
-    def _open_file(self, vpath: str) -> Iterator[tuple[io.BufferedReader, os.stat_result]]:
+    def _open_file(
+        self, vpath: str
+    ) -> Iterator[tuple[io.BufferedReader[io.FileIO], os.stat_result]]:
         """An open regular file at a normalized virtual path, plus its stat."""
         segments = split_virtual_path(vpath)
         if len(segments) < 2:
@@ -318,12 +320,13 @@ class LocalWorkspace:
         vpath = self._normalize(path)
         segments = split_virtual_path(vpath)
         try:
-            with self._open_dir(segments, vpath, create=False) as fd:
-                with _os_errors(vpath, "list"), os.scandir(fd) as it:
-                    entries = sorted(
-                        (e for e in it if self._visible(vpath, e)), key=lambda e: e.name
-                    )
-                    infos = [self._entry_info(vpath, e) for e in entries]
+            with (
+                self._open_dir(segments, vpath, create=False) as fd,
+                _os_errors(vpath, "list"),
+                os.scandir(fd) as it,
+            ):
+                entries = sorted((e for e in it if self._visible(vpath, e)), key=lambda e: e.name)
+                infos = [self._entry_info(vpath, e) for e in entries]
         except FileNotFound:
             if len(segments) <= 1:
                 return []  # the root or an area never written to: empty rather than missing
@@ -335,8 +338,8 @@ class LocalWorkspace:
         segments = split_virtual_path(vpath)
         if len(segments) < 2:
             with self._open_dir(segments, vpath, create=False) as fd:
-                st = os.fstat(fd)
-            return FileInfo(path=vpath, size=0, modified_at=_mtime(st), is_dir=True)
+                dir_st = os.fstat(fd)
+            return FileInfo(path=vpath, size=0, modified_at=_mtime(dir_st), is_dir=True)
         with self._open_dir(segments[:-1], vpath, create=False) as dir_fd:
             st = _lstat_at(dir_fd, segments[-1])
         if st is None:
@@ -352,7 +355,7 @@ class LocalWorkspace:
 
     def _walk_files(
         self, fd: int, vdir: str
-    ) -> Iterator[tuple[str, str, int, os.stat_result]]:
+    ) -> Generator[tuple[str, str, int, os.stat_result], None, None]:
         """Yield (virtual path, name, parent fd, stat) of regular files below `fd`, sorted.
 
         Directories are entered by descriptor with O_NOFOLLOW; symlinks are skipped.
@@ -393,9 +396,7 @@ class LocalWorkspace:
             except FileNotFound:
                 if len(segments) > 1:
                     self._stat(vpath)  # raises unless the base is a regular file
-                    fd = stack.enter_context(
-                        self._open_dir(segments[:-1], vpath, create=False)
-                    )
+                    fd = stack.enter_context(self._open_dir(segments[:-1], vpath, create=False))
                     single = segments[-1]
             yield vpath, fd, single
 
@@ -411,9 +412,7 @@ class LocalWorkspace:
         vpath = self._normalize(path)
         with self._open_file(vpath) as (f, _st):
             if b"\x00" in f.peek(_BINARY_SNIFF_BYTES)[:_BINARY_SNIFF_BYTES]:
-                raise NotTextFile(
-                    f"{vpath} is a binary file; it cannot be shown as text", vpath
-                )
+                raise NotTextFile(f"{vpath} is a binary file; it cannot be shown as text", vpath)
             lines = _iter_lines(f, max_chars * 4)  # 4 = worst-case UTF-8 bytes per character
             for _ in zip(range(offset), lines, strict=False):
                 pass  # skip to the requested page; zip stops before over-reading `lines`
@@ -475,8 +474,10 @@ class LocalWorkspace:
         tmp = f"{_TEMP_PREFIX}{secrets.token_hex(8)}"
         with _os_errors(vpath, "write"):
             fd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600, dir_fd=dir_fd,
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=dir_fd,
             )
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -489,16 +490,15 @@ class LocalWorkspace:
                 else:
                     # link() refuses an existing name atomically: no check-then-write race.
                     try:
-                        os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd,
-                                follow_symlinks=False)
+                        os.link(
+                            tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False
+                        )
                     except FileExistsError:
                         raise FileAlreadyExists(f"{vpath} already exists", vpath) from None
                     os.unlink(tmp, dir_fd=dir_fd)
             except BaseException:
-                try:
+                with suppress(FileNotFoundError):
                     os.unlink(tmp, dir_fd=dir_fd)
-                except FileNotFoundError:
-                    pass
                 raise
 
     def _write(self, path: str, content: str | bytes, overwrite: bool) -> FileInfo:
@@ -569,7 +569,9 @@ class LocalWorkspace:
             raise InvalidArgument(f"glob pattern is not allowed: {pattern[:200]!r}")
         return glob_to_regex(pattern)
 
-    def _grep(self, pattern: str, path: str, glob: str | None, ignore_case: bool) -> list[GrepMatch]:
+    def _grep(
+        self, pattern: str, path: str, glob: str | None, ignore_case: bool
+    ) -> list[GrepMatch]:
         if pattern == "":
             raise InvalidArgument("grep pattern must not be empty")
         file_filter = self._glob_filter(glob) if glob else None
@@ -599,8 +601,14 @@ class LocalWorkspace:
                 if st.st_size > limits.grep_max_file_bytes:
                     continue
                 matches.extend(
-                    self._grep_file(dir_fd, name, vpath, needle, ignore_case,
-                                    limits.grep_max_matches - len(matches))
+                    self._grep_file(
+                        dir_fd,
+                        name,
+                        vpath,
+                        needle,
+                        ignore_case,
+                        limits.grep_max_matches - len(matches),
+                    )
                 )
         return matches
 
@@ -620,7 +628,9 @@ class LocalWorkspace:
             return []
         found: list[GrepMatch] = []
         max_chars = self.limits.line_max_chars
-        for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+        # Split on "\n" only (not str.splitlines) so line numbers agree with read().
+        lines = data.decode("utf-8", errors="replace").split("\n")
+        for number, line in enumerate((raw.removesuffix("\r") for raw in lines), 1):
             if needle in (line.casefold() if ignore_case else line):
                 shown = line if len(line) <= max_chars else line[:max_chars] + " … [line cut]"
                 found.append(GrepMatch(path=vpath, line_number=number, line=shown))

@@ -1,0 +1,134 @@
+"""POST /feishu/events: verify, decrypt and parse Feishu event callbacks, then hand them to the inbox.
+
+Order of checks, each failing closed:
+1. The body is JSON (else 400).
+2. With an encrypt key, the body must be `{"encrypt": …}` and decrypt with it (else 401).
+3. With an encrypt key, X-Lark-Signature must match and X-Lark-Request-Timestamp be within the
+   window (else 401). The url_verification challenge may come unsigned; if signed, it is checked.
+4. With a verification token, the payload's token must equal it (else 401).
+5. url_verification → {"challenge": …} at once (no API call, so it works right after start-up).
+6. Anything else is parsed: a message for the bot is committed with `await accept(msg)` before
+   answering 200; ignorable events are answered 200 without touching the inbox.
+
+A failed check answers 401 and stores nothing. lark-oapi's EventDispatcherHandler is not used: it
+has no timestamp window and answers 500 on a failed check, which makes Feishu retry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from adapters.base import AcceptMessage
+from adapters.feishu import crypto
+from adapters.feishu.config import FeishuConfig
+from adapters.feishu.events import Ignored, MalformedEvent, parse_event, payload_token, url_verification
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Lark-Signature"
+TIMESTAMP_HEADER = "X-Lark-Request-Timestamp"
+NONCE_HEADER = "X-Lark-Request-Nonce"
+
+BotOpenIdProvider = Callable[[], Awaitable[str]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _Rejected(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def make_feishu_handler(
+    config: FeishuConfig, accept: AcceptMessage, bot_open_id_provider: BotOpenIdProvider
+) -> Handler:
+    """The aiohttp handler for Feishu's event subscription URL (mount at POST /feishu/events).
+
+    `bot_open_id_provider` returns the bot's open_id (e.g. `FeishuClient.bot_open_id`); it is
+    awaited only for message events, never for the url_verification challenge.
+    """
+    encrypt_key = config.encrypt_key.get_secret_value() if config.encrypt_key else None
+    token = config.verification_token.get_secret_value() if config.verification_token else None
+
+    def authenticate(request: web.Request, raw: bytes) -> dict[str, Any]:
+        """The verified, decrypted payload; raises _Rejected."""
+        envelope = _json_object(raw)
+        if encrypt_key is None:
+            if "encrypt" in envelope:
+                raise _Rejected(400, "encrypted event but no encrypt key is configured")
+            payload = envelope
+        else:
+            encrypted = envelope.get("encrypt")
+            if not isinstance(encrypted, str):
+                raise _Rejected(401, "plaintext event while an encrypt key is configured")
+            try:
+                payload = _json_object(crypto.decrypt(encrypted, encrypt_key).encode())
+            except crypto.DecryptionError as exc:
+                raise _Rejected(401, str(exc)) from exc
+            signed = SIGNATURE_HEADER in request.headers
+            if signed or url_verification(payload) is None:
+                try:
+                    crypto.verify_signature(
+                        request.headers.get(TIMESTAMP_HEADER),
+                        request.headers.get(NONCE_HEADER),
+                        request.headers.get(SIGNATURE_HEADER),
+                        encrypt_key,
+                        raw,
+                    )
+                    crypto.check_timestamp(request.headers.get(TIMESTAMP_HEADER), config.timestamp_window_s)
+                except crypto.FeishuCryptoError as exc:
+                    raise _Rejected(401, str(exc)) from exc
+        if token is not None:
+            sent = payload_token(payload)
+            if sent is None or not crypto.constant_time_equals(sent, token):
+                raise _Rejected(401, "verification token mismatch")
+        return payload
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            payload = authenticate(request, raw)
+            challenge = url_verification(payload)
+        except _Rejected as exc:
+            log.warning("feishu webhook: rejected (%s): %s", exc.status, exc.reason)
+            return web.json_response({"msg": exc.reason}, status=exc.status)
+        except MalformedEvent as exc:
+            return web.json_response({"msg": str(exc)}, status=400)
+        if challenge is not None:
+            return web.json_response({"challenge": challenge.challenge})
+
+        try:
+            bot_open_id = await bot_open_id_provider()
+        except Exception:
+            # Without the bot's identity mentions cannot be judged; Feishu retries a non-200.
+            log.exception("feishu webhook: bot identity unavailable")
+            return web.json_response({"msg": "bot identity unavailable"}, status=503)
+        try:
+            result = parse_event(payload, config=config, bot_open_id=bot_open_id)
+        except MalformedEvent as exc:
+            log.warning("feishu webhook: malformed event: %s", exc)
+            return web.json_response({"msg": str(exc)}, status=400)
+        if isinstance(result, Ignored):
+            log.debug("feishu webhook: ignored: %s", result.reason)
+            return web.json_response({})
+        outcome = await accept(result)
+        log.info("feishu webhook: message %s %s", result.message_id, outcome)
+        return web.json_response({})
+
+    return handle
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _Rejected(400, "body is not JSON") from exc
+    if not isinstance(value, dict):
+        raise _Rejected(400, "body is not a JSON object")
+    return value

@@ -1,0 +1,191 @@
+"""Ingest benchmark: how fast a signed Slack event is acknowledged, against a bare floor.
+
+Two servers run as separate processes on loopback, measured in the same run with the same
+offered load (open loop: requests are sent on a fixed schedule, whether or not earlier ones
+have been answered):
+
+- the gateway (`ba-agent serve`, SQLite, full path: bolt verification, parsing, the inbox
+  commit before the 200, and the dispatcher answering in the background through a fake model
+  that streams each answer over about two seconds, as a real model would);
+- a bare slack-bolt AsyncApp with a no-op listener on aiohttp — the floor.
+
+Prints ack latency p50/p99 and errors for both, and the ratio of the p99s. Target: gateway p99
+within 2x of the floor at 200 events/s, zero errors.
+
+    .venv/bin/python bench/ingest.py [--rate 200] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.fakes.anthropic_api import FakeAnthropic, Reply, text  # noqa: E402
+from tests.fakes.slack_api import FakeSlack  # noqa: E402
+from tests.fakes.slack_events import app_mention, signed_request  # noqa: E402
+
+SECRET = "bench-signing-secret"
+
+BARE_BOLT = """
+import sys
+from aiohttp import web
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_sdk.web.async_client import AsyncWebClient
+
+client = AsyncWebClient(token="xoxb-bench", base_url=sys.argv[2])
+app = AsyncApp(client=client, signing_secret=sys.argv[3], process_before_response=True)
+
+@app.event("app_mention")
+async def noop():
+    pass
+
+async def handle(request):
+    return await to_aiohttp_response(await app.async_dispatch(await to_bolt_request(request)))
+
+async def healthz(_request):
+    return web.json_response({"ok": True})
+
+web_app = web.Application()
+web_app.router.add_post("/slack/events", handle)
+web_app.router.add_get("/healthz", healthz)
+web.run_app(web_app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"server on {port} did not start")
+
+
+async def offered_load(port: int, rate: float, seconds: float, tag: str) -> tuple[list[float], int]:
+    """Send signed events at `rate`/s for `seconds`; return ack latencies (ms) and errors."""
+    url = f"http://127.0.0.1:{port}/slack/events"
+    total = int(rate * seconds)
+    requests = []
+    for i in range(total):
+        payload = app_mention(
+            "<@UBOT> how are sales?", "U1", f"C{i % 50}", ts=f"1700{i:06d}.000100", event_id=f"Ev{tag}{i}"
+        )
+        requests.append(signed_request(payload, SECRET))
+    latencies: list[float] = []
+    errors = 0
+
+    async def send(session: aiohttp.ClientSession, body: bytes, headers: dict[str, str]) -> None:
+        nonlocal errors
+        started = time.perf_counter()
+        try:
+            async with session.post(url, data=body, headers=headers) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    errors += 1
+                    return
+        except aiohttp.ClientError:
+            errors += 1
+            return
+        latencies.append((time.perf_counter() - started) * 1000)
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        t0 = time.perf_counter()
+        tasks = []
+        for i, (body, headers) in enumerate(requests):
+            delay = t0 + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(send(session, body, headers)))
+        await asyncio.gather(*tasks)
+    return latencies, errors
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    return statistics.quantiles(values, n=1000)[int(q * 1000) - 1] if len(values) > 1 else values[0]
+
+
+def report(name: str, latencies: list[float], errors: int) -> float:
+    p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
+    print(f"{name:8s} n={len(latencies):5d}  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  errors {errors}")
+    return p99
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+
+    with FakeSlack.in_thread(bot_token="xoxb-bench", bot_user_id="UBOT", team_id="T1") as slack, \
+            FakeAnthropic.in_thread() as model, tempfile.TemporaryDirectory() as tmp:
+        model.respond_with(lambda _request: Reply([text("Sales are up 4% week over week. " * 8)], event_delay=0.15))
+        gateway_port, bare_port = free_port(), free_port()
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("BA_", "SLACK_", "ANTHROPIC_", "DATABASE_URL"))
+        }
+        env.update(
+            BA_DATA_DIR=str(Path(tmp) / "data"),
+            SLACK_BOT_TOKEN="xoxb-bench",
+            SLACK_SIGNING_SECRET=SECRET,
+            SLACK_API_URL=slack.base_url,
+            ANTHROPIC_API_KEY="bench",
+            ANTHROPIC_BASE_URL=model.base_url,
+            BA_LOG_LEVEL="WARNING",
+        )
+        ba_agent = str(Path(sys.executable).parent / "ba-agent")
+        gateway_log = open(Path(tmp) / "gateway.log", "w")  # noqa: SIM115 - closed with the dir
+        gateway = subprocess.Popen([ba_agent, "serve", "--port", str(gateway_port)], env=env, cwd=tmp,
+                                   stdout=gateway_log, stderr=subprocess.STDOUT)
+        bare = subprocess.Popen([sys.executable, "-c", BARE_BOLT, str(bare_port), slack.base_url, SECRET],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_healthy(gateway_port)
+            wait_healthy(bare_port)
+            # Warm both up (bolt's auth.test, connection pools, SQLite pages).
+            asyncio.run(offered_load(gateway_port, 50, 1, "warmg"))
+            asyncio.run(offered_load(bare_port, 50, 1, "warmb"))
+            print(f"offered load: {args.rate:g} events/s for {args.seconds:g} s per server, loopback")
+            bare_lat, bare_err = asyncio.run(offered_load(bare_port, args.rate, args.seconds, "b"))
+            gw_lat, gw_err = asyncio.run(offered_load(gateway_port, args.rate, args.seconds, "g"))
+        finally:
+            for proc in (gateway, bare):
+                proc.terminate()
+            for proc in (gateway, bare):
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    print(f"warning: {proc.args[1]} did not stop within 15 s of SIGTERM", file=sys.stderr)
+                    proc.kill()
+    floor = report("floor", bare_lat, bare_err)
+    p99 = report("gateway", gw_lat, gw_err)
+    print(f"p99 {p99:.2f} ms vs floor {floor:.2f} ms ({p99 / floor:.2f}x), {gw_err + bare_err} errors")
+
+
+if __name__ == "__main__":
+    main()

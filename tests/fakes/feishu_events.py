@@ -1,0 +1,154 @@
+"""Builders for Feishu event callbacks: v2 message events, url_verification, encryption, signatures."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+import uuid
+from typing import Any
+
+from Crypto.Cipher import AES
+from Crypto.Util.Padding import pad
+
+from adapters.feishu.crypto import aes_key, signature
+
+VERIFICATION_TOKEN = "v-token-123"
+ENCRYPT_KEY = "e-key-456"
+TENANT_KEY = "tenant_1"
+BOT_OPEN_ID = "ou_bot"
+USER_OPEN_ID = "ou_alice"
+
+
+def mention(key: str, open_id: str, name: str) -> dict[str, Any]:
+    """An entry of message.mentions (key is the placeholder in the text, e.g. "@_user_1")."""
+    return {
+        "key": key,
+        "id": {"open_id": open_id, "union_id": f"on_{open_id}", "user_id": None},
+        "name": name,
+        "tenant_key": TENANT_KEY,
+    }
+
+
+def bot_mention(key: str = "@_user_1") -> dict[str, Any]:
+    return mention(key, BOT_OPEN_ID, "BA Agent")
+
+
+def message_event(
+    content: dict[str, Any],
+    *,
+    msg_type: str = "text",
+    chat_type: str = "group",
+    chat_id: str = "oc_group",
+    message_id: str | None = None,
+    root_id: str | None = None,
+    thread_id: str | None = None,
+    mentions: list[dict[str, Any]] | None = None,
+    sender_open_id: str = USER_OPEN_ID,
+    sender_type: str = "user",
+    event_id: str | None = None,
+    create_time_ms: int | None = None,
+    token: str = VERIFICATION_TOKEN,
+    tenant_key: str = TENANT_KEY,
+) -> dict[str, Any]:
+    """A schema 2.0 im.message.receive_v1 event."""
+    created = create_time_ms if create_time_ms is not None else int(time.time() * 1000)
+    message: dict[str, Any] = {
+        "message_id": message_id or f"om_{uuid.uuid4().hex[:16]}",
+        "create_time": str(created),
+        "update_time": str(created),
+        "chat_id": chat_id,
+        "chat_type": chat_type,
+        "message_type": msg_type,
+        "content": json.dumps(content, ensure_ascii=False),
+        "user_agent": "test",
+    }
+    if root_id:
+        message["root_id"] = root_id
+        message["parent_id"] = root_id
+    if thread_id:
+        message["thread_id"] = thread_id
+    if mentions:
+        message["mentions"] = mentions
+    return {
+        "schema": "2.0",
+        "header": {
+            "event_id": event_id or uuid.uuid4().hex,
+            "event_type": "im.message.receive_v1",
+            "create_time": str(created),
+            "token": token,
+            "app_id": "cli_test",
+            "tenant_key": tenant_key,
+        },
+        "event": {
+            "sender": {
+                "sender_id": {"open_id": sender_open_id, "union_id": f"on_{sender_open_id}"},
+                "sender_type": sender_type,
+                "tenant_key": tenant_key,
+            },
+            "message": message,
+        },
+    }
+
+
+def text_event(text: str, **kwargs: Any) -> dict[str, Any]:
+    return message_event({"text": text}, msg_type="text", **kwargs)
+
+
+def post_event(post: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    return message_event(post, msg_type="post", **kwargs)
+
+
+def image_event(image_key: str, **kwargs: Any) -> dict[str, Any]:
+    return message_event({"image_key": image_key}, msg_type="image", **kwargs)
+
+
+def file_event(file_key: str, file_name: str, **kwargs: Any) -> dict[str, Any]:
+    return message_event({"file_key": file_key, "file_name": file_name}, msg_type="file", **kwargs)
+
+
+def url_verification(challenge: str, token: str = VERIFICATION_TOKEN) -> dict[str, Any]:
+    return {"challenge": challenge, "token": token, "type": "url_verification"}
+
+
+def card_action(token: str = VERIFICATION_TOKEN) -> dict[str, Any]:
+    return {
+        "schema": "2.0",
+        "header": {
+            "event_id": uuid.uuid4().hex,
+            "event_type": "card.action.trigger",
+            "token": token,
+            "tenant_key": TENANT_KEY,
+        },
+        "event": {"operator": {"open_id": USER_OPEN_ID}, "action": {"tag": "button", "value": {}}},
+    }
+
+
+def encrypt(payload: dict[str, Any], encrypt_key: str = ENCRYPT_KEY) -> str:
+    """What Feishu puts in {"encrypt": …}: base64(iv || AES-256-CBC(PKCS7(json)))."""
+    iv = os.urandom(16)
+    cipher = AES.new(aes_key(encrypt_key), AES.MODE_CBC, iv)
+    data = pad(json.dumps(payload, ensure_ascii=False).encode(), AES.block_size, style="pkcs7")
+    return base64.b64encode(iv + cipher.encrypt(data)).decode()
+
+
+def encrypted_body(payload: dict[str, Any], encrypt_key: str = ENCRYPT_KEY) -> bytes:
+    return json.dumps({"encrypt": encrypt(payload, encrypt_key)}).encode()
+
+
+def signed_headers(
+    body: bytes,
+    encrypt_key: str = ENCRYPT_KEY,
+    *,
+    timestamp: int | None = None,
+    nonce: str = "nonce-1",
+) -> dict[str, str]:
+    """The X-Lark-* headers Feishu sends with a body (header names as Feishu spells them)."""
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    return {
+        "X-Lark-Request-Timestamp": ts,
+        "X-Lark-Request-Nonce": nonce,
+        "X-Lark-Signature": signature(ts, nonce, encrypt_key, body),
+        "Content-Type": "application/json",
+    }

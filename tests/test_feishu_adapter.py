@@ -1,0 +1,506 @@
+"""The Feishu adapter end to end: webhook verification and parsing, the responder against
+FakeFeishu through the real lark-oapi client, and long-connection mode over the fake's websocket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from adapters.base import AcceptOutcome
+from adapters.feishu import render
+from adapters.feishu.client import AttachmentTooLarge, ChatPacer, FeishuClient
+from adapters.feishu.config import FeishuConfig
+from adapters.feishu.events import Ignored, parse_event
+from adapters.feishu.longconn import ConnectionState, FeishuLongConnection
+from adapters.feishu.responder import FeishuResponder
+from adapters.feishu.webhook import make_feishu_handler
+from agent_core.messages import InboundMessage, OutboundFile, OutboundReply
+from tests.fakes.feishu_api import FakeFeishu
+from tests.fakes.feishu_events import (
+    BOT_OPEN_ID,
+    ENCRYPT_KEY,
+    TENANT_KEY,
+    VERIFICATION_TOKEN,
+    bot_mention,
+    card_action,
+    encrypted_body,
+    file_event,
+    mention,
+    post_event,
+    signed_headers,
+    text_event,
+    url_verification,
+)
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+class Inbox:
+    """An in-memory accept callback that dedupes by event_id and dedupe_key, like the gateway's."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.accepted: list[InboundMessage] = []
+        self._seen: set[str] = set()
+
+    async def accept(self, msg: InboundMessage) -> AcceptOutcome:
+        self.calls += 1
+        keys = {f"event:{msg.event_id}", f"message:{msg.dedupe_key}"}
+        if keys & self._seen:
+            return AcceptOutcome.DUPLICATE
+        self._seen |= keys
+        self.accepted.append(msg)
+        return AcceptOutcome.ACCEPTED
+
+
+def make_config(**overrides: Any) -> FeishuConfig:
+    values: dict[str, Any] = {
+        "app_id": "cli_test",
+        "app_secret": "secret",
+        "verification_token": VERIFICATION_TOKEN,
+        "encrypt_key": ENCRYPT_KEY,
+        "stream_update_interval_ms": 100,
+    }
+    values.update(overrides)
+    return FeishuConfig(**values)
+
+
+def fake_config(fake: FakeFeishu, **overrides: Any) -> FeishuConfig:
+    return make_config(domain=fake.domain, app_id=fake.app_id, app_secret=fake.app_secret, **overrides)
+
+
+async def bot_id() -> str:
+    return BOT_OPEN_ID
+
+
+async def no_bot_id() -> str:
+    raise AssertionError("url_verification must not need the bot identity")
+
+
+@asynccontextmanager
+async def webhook(
+    config: FeishuConfig, inbox: Inbox, provider: Callable[[], Awaitable[str]] = bot_id
+) -> AsyncIterator[TestClient]:
+    app = web.Application()
+    app.router.add_post("/feishu/events", make_feishu_handler(config, inbox.accept, provider))
+    async with TestClient(TestServer(app)) as client:
+        yield client
+
+
+async def post_encrypted(client: TestClient, payload: dict[str, Any], **header_args: Any) -> Any:
+    body = encrypted_body(payload)
+    return await client.post("/feishu/events", data=body, headers=signed_headers(body, **header_args))
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeFeishu]:
+    with FakeFeishu() as server:
+        yield server
+
+
+@pytest.fixture
+async def client(fake: FakeFeishu) -> AsyncIterator[FeishuClient]:
+    api = FeishuClient(fake_config(fake), backoff_base_s=0.05)
+    yield api
+    await api.aclose()
+
+
+def group_mention(text: str = "@_user_1 revenue by region?", **kwargs: Any) -> InboundMessage:
+    event = text_event(text, mentions=[bot_mention()], **kwargs)
+    msg = parse_event(event, config=make_config(), bot_open_id=BOT_OPEN_ID)
+    assert isinstance(msg, InboundMessage)
+    return msg
+
+
+# --- webhook: verification -------------------------------------------------------------------
+
+
+async def test_encrypted_url_verification_answers_challenge_without_api_calls() -> None:
+    inbox = Inbox()
+    async with webhook(make_config(), inbox, no_bot_id) as http:
+        body = encrypted_body(url_verification("ch-1"))
+        unsigned = await http.post("/feishu/events", data=body)
+        assert unsigned.status == 200
+        assert await unsigned.json() == {"challenge": "ch-1"}
+        signed = await http.post("/feishu/events", data=body, headers=signed_headers(body))
+        assert await signed.json() == {"challenge": "ch-1"}
+        forged = await http.post(
+            "/feishu/events", data=body, headers={**signed_headers(body), "X-Lark-Signature": "0" * 64}
+        )
+        assert forged.status == 401
+    assert inbox.calls == 0
+
+
+async def test_plain_url_verification_checks_the_token() -> None:
+    config = make_config(encrypt_key=None)
+    async with webhook(config, Inbox(), no_bot_id) as http:
+        ok = await http.post("/feishu/events", json=url_verification("ch-2"))
+        assert await ok.json() == {"challenge": "ch-2"}
+        wrong = await http.post("/feishu/events", json=url_verification("ch-2", token="nope"))
+        assert wrong.status == 401
+
+
+async def test_failed_checks_answer_401_and_store_nothing() -> None:
+    inbox = Inbox()
+    payload = text_event("hi", chat_type="p2p")
+    async with webhook(make_config(), inbox) as http:
+        body = encrypted_body(payload)
+        bad_signature = {**signed_headers(body), "X-Lark-Signature": "f" * 64}
+        assert (await http.post("/feishu/events", data=body, headers=bad_signature)).status == 401
+        unsigned = await http.post("/feishu/events", data=body)
+        assert unsigned.status == 401
+        stale = await post_encrypted(http, payload, timestamp=int(time.time()) - 3600)
+        assert stale.status == 401
+        wrong_token = await post_encrypted(http, text_event("hi", chat_type="p2p", token="other"))
+        assert wrong_token.status == 401
+        wrong_key = encrypted_body(payload, "another-key")
+        response = await http.post("/feishu/events", data=wrong_key, headers=signed_headers(wrong_key))
+        assert response.status == 401
+        plaintext = json.dumps(payload).encode()
+        response = await http.post("/feishu/events", data=plaintext, headers=signed_headers(plaintext))
+        assert response.status == 401
+        assert (await http.post("/feishu/events", data=b"{not json")).status == 400
+    assert inbox.calls == 0
+
+
+async def test_header_names_are_case_insensitive() -> None:
+    inbox = Inbox()
+    async with webhook(make_config(), inbox) as http:
+        body = encrypted_body(text_event("hi", chat_type="p2p"))
+        headers = {name.lower(): value for name, value in signed_headers(body).items()}
+        assert (await http.post("/feishu/events", data=body, headers=headers)).status == 200
+    assert len(inbox.accepted) == 1
+
+
+# --- webhook: routing and parsing ------------------------------------------------------------
+
+
+async def test_group_mention_starts_a_topic_conversation() -> None:
+    inbox = Inbox()
+    event = text_event(
+        "@_user_1 revenue by region, cc @_user_2 ?",
+        mentions=[bot_mention(), mention("@_user_2", "ou_bob", "Bob")],
+        message_id="om_root",
+        chat_id="oc_sales",
+    )
+    async with webhook(make_config(), inbox) as http:
+        assert (await post_encrypted(http, event)).status == 200
+    [msg] = inbox.accepted
+    assert msg.text == "revenue by region, cc @Bob ?"
+    assert msg.message_id == "om_root" and msg.event_id == event["header"]["event_id"]
+    assert (msg.workspace, msg.channel, msg.is_dm) == (TENANT_KEY, "oc_sales", False)
+    assert msg.thread.root == "om_root" and msg.reply_in_thread == "om_root"
+    assert msg.user == "ou_alice"
+
+    follow_up = text_event(
+        "@_user_1 and by channel?", mentions=[bot_mention()], root_id="om_root", thread_id="omt_1",
+        chat_id="oc_sales",
+    )
+    parsed = parse_event(follow_up, config=make_config(), bot_open_id=BOT_OPEN_ID)
+    assert isinstance(parsed, InboundMessage)
+    assert parsed.thread == msg.thread and parsed.reply_in_thread == "om_root"
+
+
+async def test_group_message_without_mention_is_ignored() -> None:
+    inbox = Inbox()
+    async with webhook(make_config(), inbox) as http:
+        response = await post_encrypted(http, text_event("@_user_1 hi", mentions=[mention("@_user_1", "ou_bob", "Bob")]))
+        assert response.status == 200
+        assert (await post_encrypted(http, card_action())).status == 200
+    assert inbox.calls == 0
+
+
+async def test_p2p_messages_continue_the_main_conversation() -> None:
+    inbox = Inbox()
+    async with webhook(make_config(), inbox) as http:
+        await post_encrypted(http, text_event("top sellers?", chat_type="p2p", chat_id="oc_dm"))
+        await post_encrypted(http, text_event("in a topic", chat_type="p2p", chat_id="oc_dm",
+                                              root_id="om_first", thread_id="omt_9"))
+    main, topic = inbox.accepted
+    assert main.is_dm and main.thread.root == "main" and main.reply_in_thread is None
+    assert main.text == "top sellers?"
+    assert topic.thread.root == "om_first" and topic.reply_in_thread == "om_first"
+
+
+async def test_same_event_four_times_is_accepted_once() -> None:
+    inbox = Inbox()
+    event = text_event("@_user_1 hi", mentions=[bot_mention()])
+    async with webhook(make_config(), inbox) as http:
+        for _ in range(4):
+            assert (await post_encrypted(http, event)).status == 200
+    assert inbox.calls == 4 and len(inbox.accepted) == 1
+
+
+def test_post_messages_flat_and_locale_wrapped() -> None:
+    paragraphs = [
+        [{"tag": "at", "user_id": "@_user_1", "user_name": "BA Agent"}, {"tag": "text", "text": " compare "},
+         {"tag": "a", "text": "Q3", "href": "https://example.com/q3"}],
+        [{"tag": "text", "text": "with "}, {"tag": "at", "user_id": "@_user_2", "user_name": "Bob"}],
+        [{"tag": "img", "image_key": "img_v3_abc"}],
+    ]
+    mentions = [bot_mention(), mention("@_user_2", "ou_bob", "Bob")]
+    config = make_config()
+    flat = parse_event(post_event({"title": "Sales", "content": paragraphs}, mentions=mentions),
+                       config=config, bot_open_id=BOT_OPEN_ID)
+    wrapped = parse_event(post_event({"en_us": {"title": "Sales", "content": paragraphs}}, mentions=mentions),
+                          config=config, bot_open_id=BOT_OPEN_ID)
+    for msg in (flat, wrapped):
+        assert isinstance(msg, InboundMessage)
+        assert msg.text == "Sales\ncompare [Q3](https://example.com/q3)\nwith @Bob"
+        [image] = msg.attachments
+        assert image.file_id == "img_v3_abc" and image.url.endswith("type=image")
+
+
+def test_filtering_rules() -> None:
+    config = make_config()
+    parse = lambda event, cfg=config: parse_event(event, config=cfg, bot_open_id=BOT_OPEN_ID)  # noqa: E731
+    assert isinstance(parse(text_event("x", chat_type="p2p", sender_type="app")), Ignored)
+    assert isinstance(parse(text_event("x", chat_type="p2p", sender_open_id=BOT_OPEN_ID)), Ignored)
+    stale = text_event("x", chat_type="p2p", create_time_ms=int((time.time() - 3600) * 1000))
+    assert isinstance(parse(stale), Ignored)
+    at_all = text_event("@_all weekly numbers?")
+    assert isinstance(parse(at_all), Ignored)
+    answered = parse(at_all, make_config(respond_to_at_all=True))
+    assert isinstance(answered, InboundMessage) and answered.text == "weekly numbers?"
+    upload = parse(file_event("file_v3_1", "sales.csv", chat_type="p2p"))
+    assert isinstance(upload, InboundMessage) and upload.text == ""
+    assert upload.attachments[0].name == "sales.csv" and upload.attachments[0].mime_type == "text/csv"
+
+
+def test_long_answers_split_by_size_and_tables() -> None:
+    table = "| region | revenue |\n|---|---|\n" + "\n".join(f"| r{i} | {i} |" for i in range(3))
+    parts = render.split_markdown("\n\n".join(["intro", table, table, table, table, table]))
+    assert len(parts) == 2 and [p.count("|---|") for p in parts] == [3, 2]
+    huge = "```sql\n" + "\n".join(f"SELECT {i};  -- 数据" + "x" * 80 for i in range(2000)) + "\n```"
+    pieces = render.split_markdown(huge)
+    assert len(pieces) > 1
+    for piece in pieces:
+        assert piece.startswith("```sql") and piece.endswith("```")
+        assert len(json.dumps(render.answer_card(piece), ensure_ascii=False).encode()) <= render.MAX_CARD_BYTES
+
+
+# --- responder against FakeFeishu ------------------------------------------------------------
+
+
+async def test_streaming_answer_lifecycle(fake: FakeFeishu, client: FeishuClient) -> None:
+    responder = FeishuResponder(client, fake_config(fake))
+    msg = group_mention()
+    await responder.show_progress(msg)
+    assert list(fake.reactions.values()) == [(msg.message_id, "Typing")]
+
+    stream = await responder.open_stream(msg, "delivery-1")
+    assert stream is not None
+    await responder.show_status(msg, "Running sql_query…")
+    await asyncio.sleep(0.25)  # let the status line show before the answer starts
+    text = ""
+    for word in "Revenue grew in every region this quarter".split():
+        text += word + " "
+        await stream.update(text)
+        await asyncio.sleep(0.03)
+    await stream.close()
+    await responder.deliver(msg, OutboundReply(text="**Revenue** grew 12%."), "delivery-1")
+    await responder.clear_progress(msg)
+
+    [card_message] = fake.messages
+    assert card_message.msg_type == "interactive" and card_message.reply_to == msg.message_id
+    assert card_message.reply_in_thread
+    card = fake.cards[card_message.content["data"]["card_id"]]
+    assert card.sequences == sorted(set(card.sequences))  # strictly increasing
+    texts = [t for _, t, _ in card.element_updates]
+    assert "Running sql_query" in texts[0]
+    assert texts[-1] == text and len(texts) < 8  # coalesced, the last one complete
+    updated_at = [c for c in fake.calls_to("card.element.content")]
+    assert len(updated_at) == len(texts)
+    assert card.settings == [{"config": {"streaming_mode": False}}]
+    assert card.updates[-1]["body"]["elements"][0]["content"] == "**Revenue** grew 12%."
+    assert not card.streaming and fake.reactions == {}
+
+
+async def test_stream_updates_are_throttled(fake: FakeFeishu, client: FeishuClient) -> None:
+    responder = FeishuResponder(client, fake_config(fake, stream_update_interval_ms=200))
+    msg = group_mention()
+    stream = await responder.open_stream(msg, "d-throttle")
+    assert stream is not None
+    started = time.monotonic()
+    for i in range(30):
+        await stream.update(f"part {i}")
+        await asyncio.sleep(0.02)
+    await stream.close()
+    elapsed = time.monotonic() - started
+    updates = fake.cards[fake.messages[0].content["data"]["card_id"]].element_updates
+    assert updates[-1][1] == "part 29"
+    assert len(updates) <= elapsed / 0.2 + 2
+
+
+async def test_card_failures_fall_back_to_a_post(fake: FakeFeishu, client: FeishuClient) -> None:
+    responder = FeishuResponder(client, fake_config(fake))
+    msg = group_mention()
+    fake.fail("card.create", code=200850, msg="cardkit not permitted")
+    assert await responder.open_stream(msg, "d-2") is None
+    fake.fail("message.reply", code=230099, msg="card content invalid")
+    await responder.deliver(msg, OutboundReply(text="# Result\n\nall good"), "d-2")
+    [post] = fake.messages
+    assert post.msg_type == "post"
+    assert post.content["zh_cn"]["content"][0][0] == {"tag": "md", "text": "# Result\n\nall good"}
+
+
+async def test_retried_delivery_posts_once(fake: FakeFeishu, client: FeishuClient) -> None:
+    responder = FeishuResponder(client, fake_config(fake, streaming_cards=False))
+    msg = group_mention()
+    table = "| a | b |\n|---|---|\n| 1 | 2 |"
+    reply = OutboundReply(text="\n\n".join([table] * 5))
+    await responder.deliver(msg, reply, "d-3")
+    await responder.deliver(msg, reply, "d-3")
+    assert len(fake.calls_to("message.reply")) == 4
+    assert [m.msg_type for m in fake.messages] == ["interactive", "interactive"]
+    assert all(m.reply_in_thread for m in fake.messages)
+
+
+async def test_reply_placement_dm_and_quote_reply(fake: FakeFeishu, client: FeishuClient) -> None:
+    config = fake_config(fake, reply_in_thread=False, streaming_cards=False)
+    responder = FeishuResponder(client, config)
+    dm = parse_event(text_event("hi", chat_type="p2p", chat_id="oc_dm"), config=config, bot_open_id=BOT_OPEN_ID)
+    group = parse_event(text_event("@_user_1 hi", mentions=[bot_mention()]), config=config, bot_open_id=BOT_OPEN_ID)
+    assert isinstance(dm, InboundMessage) and isinstance(group, InboundMessage)
+    await responder.deliver(dm, OutboundReply(text="hello"), "d-dm")
+    await responder.deliver(group, OutboundReply(text="hello"), "d-group")
+    to_chat, quote = fake.messages
+    assert to_chat.chat_id == "oc_dm" and to_chat.reply_to is None
+    assert quote.reply_to == group.message_id and not quote.reply_in_thread
+
+
+async def test_files_are_uploaded_and_posted(fake: FakeFeishu, client: FeishuClient, tmp_path: Path) -> None:
+    chart, table = tmp_path / "chart.png", tmp_path / "data.csv"
+    chart.write_bytes(b"\x89PNG fake")
+    table.write_text("a,b\n1,2\n")
+    responder = FeishuResponder(client, fake_config(fake, streaming_cards=False))
+    reply = OutboundReply(text="see attached", files=[
+        OutboundFile(path=str(chart), title="Chart", mime_type="image/png"),
+        OutboundFile(path=str(table), title="Data", mime_type="text/csv"),
+    ])
+    await responder.deliver(group_mention(), reply, "d-files")
+    _, image, file = fake.messages
+    assert image.msg_type == "image" and fake.uploads[image.content["image_key"]] == b"\x89PNG fake"
+    assert file.msg_type == "file" and fake.uploads[file.content["file_key"]] == b"a,b\n1,2\n"
+
+
+async def test_attachment_download(fake: FakeFeishu, client: FeishuClient, tmp_path: Path) -> None:
+    config = fake_config(fake, max_download_bytes=1000)
+    responder = FeishuResponder(client, config)
+    event = file_event("file_v3_9", "sales.csv", chat_type="p2p", message_id="om_upload")
+    msg = parse_event(event, config=config, bot_open_id=BOT_OPEN_ID)
+    assert isinstance(msg, InboundMessage)
+    fake.add_resource("om_upload", "file_v3_9", b"region,revenue\nnorth,10\n", filename="sales.csv")
+    path = await responder.download_attachment(msg, msg.attachments[0], tmp_path / "ws")
+    assert path == tmp_path / "ws" / "sales.csv" and path.read_bytes() == b"region,revenue\nnorth,10\n"
+    again = await responder.download_attachment(msg, msg.attachments[0], tmp_path / "ws")
+    assert again.name == "sales-2.csv"
+
+    fake.add_resource("om_upload", "file_v3_9", b"x" * 5000, filename="sales.csv")
+    with pytest.raises(AttachmentTooLarge):
+        await responder.download_attachment(msg, msg.attachments[0], tmp_path / "ws")
+    assert sorted(p.name for p in (tmp_path / "ws").iterdir()) == ["sales-2.csv", "sales.csv"]
+
+
+async def test_rate_limits_back_off_and_succeed(fake: FakeFeishu, client: FeishuClient) -> None:
+    responder = FeishuResponder(client, fake_config(fake, streaming_cards=False))
+    fake.fail("message.reply", code=230020, msg="frequency limit")
+    await responder.deliver(group_mention(), OutboundReply(text="one"), "d-rl1")
+    fake.fail("reaction.create", code=99991400, status=429, headers={"x-ogw-ratelimit-reset": "1"})
+    started = time.monotonic()
+    await responder.show_progress(group_mention())
+    assert time.monotonic() - started >= 0.9
+    assert len(fake.calls_to("message.reply")) == 2 and len(fake.messages) == 1
+    assert len(fake.calls_to("reaction.create")) == 2 and len(fake.reactions) == 1
+
+
+async def test_token_is_cached_and_renewed_when_rejected(fake: FakeFeishu, client: FeishuClient) -> None:
+    assert await client.bot_open_id() == fake.bot_open_id
+    assert await client.bot_open_id() == fake.bot_open_id
+    await client.add_reaction("om_1", "Typing")
+    assert len(fake.calls_to("token")) == 1 and len(fake.calls_to("bot.info")) == 1
+    fake.revoke_tokens()
+    await client.add_reaction("om_1", "Typing")
+    assert len(fake.calls_to("token")) == 2
+
+
+async def test_chat_pacer_limits_sends_per_chat() -> None:
+    pacer = ChatPacer(5)
+    started = time.monotonic()
+    for _ in range(6):
+        await pacer.wait("oc_a")
+    await pacer.wait("oc_b")  # another chat is not held back
+    assert 0.9 <= time.monotonic() - started < 1.5
+
+
+# --- long connection -------------------------------------------------------------------------
+
+
+async def test_long_connection_delivers_reconnects_and_restarts_when_silent(fake: FakeFeishu) -> None:
+    config = fake_config(fake, mode="websocket", ws_silence_timeout_s=2.5)
+    api = FeishuClient(config, backoff_base_s=0.05)
+    inbox = Inbox()
+    connection = FeishuLongConnection(config, inbox.accept, api.bot_open_id)
+    states: list[ConnectionState] = []
+
+    async def watch() -> None:
+        while True:
+            if not states or states[-1] != connection.state:
+                states.append(connection.state)
+            await asyncio.sleep(0.01)
+
+    assert connection.state == ConnectionState.STOPPED
+    await connection.start()
+    watcher = asyncio.create_task(watch())
+    try:
+        await eventually(lambda: connection.state == ConnectionState.CONNECTED)
+
+        event = text_event("how are sales?", chat_type="p2p", chat_id="oc_dm")
+        fake.ws_push_event(event)
+        await eventually(lambda: len(inbox.accepted) == 1)
+        await eventually(lambda: len(fake.ws_acks) == 1)
+        assert fake.ws_acks[0]["response"]["code"] == 200
+        assert inbox.accepted[0].text == "how are sales?"
+
+        fake.ws_drop()
+        await eventually(lambda: fake.ws_connections == 2 and connection.state == ConnectionState.CONNECTED)
+        fake.ws_push_event(event)  # Feishu redelivers what it is unsure about
+        await eventually(lambda: inbox.calls == 2)
+        assert len(inbox.accepted) == 1
+
+        fake.ws_silence(True)
+        await eventually(lambda: fake.ws_connections == 3, timeout=15)
+        fake.ws_silence(False)
+        await eventually(lambda: connection.state == ConnectionState.CONNECTED)
+        assert connection.status().restarts == 1
+        assert connection.status().last_event_at is not None
+    finally:
+        watcher.cancel()
+        await connection.stop()
+        await api.aclose()
+    assert connection.state == ConnectionState.STOPPED
+    assert states == [
+        ConnectionState.CONNECTING,
+        ConnectionState.CONNECTED,
+        ConnectionState.RECONNECTING,  # the drop: the SDK reconnects
+        ConnectionState.CONNECTED,
+        ConnectionState.RECONNECTING,  # the silence: the supervisor restarts the client
+        ConnectionState.CONNECTED,
+    ]

@@ -1,0 +1,151 @@
+"""`ba-agent serve` as a real process: start-up contract, and crash recovery with kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
+from tests.fakes.slack_api import FakeSlack
+from tests.fakes.slack_events import app_mention, signed_request
+from tests.harness import SIGNING_SECRET
+
+BA_AGENT = str(Path(sys.executable).parent / "ba-agent")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("BA_", "SLACK_", "ANTHROPIC_", "DATABASE_URL"))}
+    return {**keep, "BA_DATA_DIR": str(tmp_path / "data"), **extra}
+
+
+def start(env: dict[str, str], port: int, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [BA_AGENT, "serve", "--port", str(port)],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_healthy(port: int, timeout: float = 20) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
+                if resp.status == 200:
+                    return time.monotonic() - started
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError("service did not become healthy")
+
+
+def stop(proc: subprocess.Popen) -> str:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out
+
+
+def post_event(port: int, payload: dict) -> int:
+    body, headers = signed_request(payload, SIGNING_SECRET)
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/slack/events", data=body, headers=headers)
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        return resp.status
+
+
+def test_serve_starts_with_no_configuration(tmp_path: Path) -> None:
+    port = free_port()
+    proc = start(clean_env(tmp_path), port, tmp_path)
+    try:
+        assert wait_healthy(port) < 15
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+            assert resp.status == 200
+    finally:
+        out = stop(proc)
+    assert "missing: ANTHROPIC_API_KEY, SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET" in out
+    assert (tmp_path / "data" / "ba_agent.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("BA_PORT", "eighty"), ("SLACK_API_URL", "https://slack.com/"), ("DATABASE_URL", "mysql://x@y/z")],
+)
+def test_invalid_configuration_fails_fast_naming_the_variable(tmp_path: Path, variable: str, value: str) -> None:
+    env = clean_env(tmp_path, **{variable: value})
+    result = subprocess.run([BA_AGENT, "serve"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert variable in result.stderr
+
+
+def test_secrets_are_not_logged(tmp_path: Path) -> None:
+    port = free_port()
+    env = clean_env(tmp_path, ANTHROPIC_API_KEY="sk-ant-secret-value", SLACK_BOT_TOKEN="xoxb-secret-token",
+                    SLACK_SIGNING_SECRET="signing-secret-value", BA_LOG_LEVEL="DEBUG")
+    proc = start(env, port, tmp_path)
+    try:
+        wait_healthy(port)
+    finally:
+        out = stop(proc)
+    for secret in ("sk-ant-secret-value", "xoxb-secret-token", "signing-secret-value"):
+        assert secret not in out
+
+
+def test_event_accepted_then_process_killed_is_answered_once_after_restart(database_url: str, tmp_path: Path) -> None:
+    with FakeAnthropic.in_thread() as anthropic, FakeSlack.in_thread(bot_token="xoxb-test", bot_user_id="UBOT", team_id="T1") as slack:
+        # The first model call streams slowly: the process is killed in the middle of it.
+        anthropic.script(
+            Reply([text("This answer never arrives because the process dies " * 5)], event_delay=0.5),
+            Reply([text("Answered after the restart.")]),
+        )
+        env = clean_env(
+            tmp_path,
+            DATABASE_URL=database_url,
+            ANTHROPIC_API_KEY="test-key",
+            ANTHROPIC_BASE_URL=anthropic.base_url,
+            SLACK_BOT_TOKEN="xoxb-test",
+            SLACK_SIGNING_SECRET=SIGNING_SECRET,
+            SLACK_API_URL=slack.base_url,
+            BA_LEASE_SECONDS="2",
+            BA_POLL_INTERVAL="0.2",
+        )
+        port = free_port()
+        first = start(env, port, tmp_path)
+        try:
+            wait_healthy(port)
+            assert post_event(port, app_mention("<@UBOT> GMV?", "U1", "C1", ts="1700000001.000100")) == 200
+            anthropic.wait_for_requests_sync(1, timeout=15)
+        finally:
+            first.kill()  # SIGKILL: no cleanup, the lease is left behind
+            first.communicate()
+        assert slack.posted(channel="C1") == []
+
+        second = start(env, port, tmp_path)
+        try:
+            slack.wait_for_sync("chat.postMessage", count=1, timeout=30)
+            time.sleep(1.0)  # anything duplicated would show up by now
+        finally:
+            stop(second)
+        posts = slack.posted(channel="C1")
+        assert [p["markdown_text"] for p in posts] == ["Answered after the restart."]
+        assert posts[0]["thread_ts"] == "1700000001.000100"
+        assert len(anthropic.requests) == 2
