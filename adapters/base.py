@@ -6,7 +6,9 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Protocol
 
-from agent_core.messages import InboundMessage, OutboundReply
+from pathlib import Path
+
+from agent_core.messages import Attachment, InboundMessage, OutboundReply
 
 
 class AcceptOutcome(StrEnum):
@@ -54,3 +56,8 @@ class Responder(Protocol):
 
     async def clear_progress(self, msg: InboundMessage) -> None:
         """Remove the progress indicator; best effort."""
+
+    async def fetch_attachment(
+        self, msg: InboundMessage, attachment: Attachment, dest: Path, max_bytes: int
+    ) -> Path:
+        """Download a file the user shared into `dest` (raises `AttachmentError`)."""

@@ -1,31 +1,71 @@
-"""Building the agent: model client, tools and prompt, from an `AgentConfig`."""
+"""Building the agent: model client, tools, skills, hooks and prompt, from an `AgentConfig`."""
 
 from __future__ import annotations
 
+import logging
+
 import anthropic
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.config import AgentConfig
+from agent_core.hooks import Hook
+from agent_core.hooks.caching import PromptCachingHook
+from agent_core.hooks.dangling import DanglingToolCallPatch
+from agent_core.hooks.skills import SkillPolicyHook
 from agent_core.loop import AgentLoop
 from agent_core.model import ModelClient
 from agent_core.prompts import system_prompt
+from agent_core.skills.loader import SkillCatalog, bundled_skills_dir, load_skills
 from agent_core.store.threads import ThreadStore
+from agent_core.subagents import DEFAULT_SUBAGENTS, TaskTool
+from agent_core.telemetry import TelemetryHook
 from agent_core.tools.base import ToolRegistry
 from agent_core.tools.catalog import default_tools, tools_prompt_section
+from agent_core.tools.skill_tools import skill_tools
+from agent_core.tools.todo import TodoTool
+
+log = logging.getLogger(__name__)
 
 
-def build_agent(config: AgentConfig, store: ThreadStore) -> AgentLoop:
-    """An agent loop on the Anthropic Messages API with the standard tool set."""
+def load_skill_catalog(config: AgentConfig) -> SkillCatalog:
+    """Bundled skills, then the operator's directory (same name overrides)."""
+    dirs = [bundled_skills_dir()] + ([config.skills_dir] if config.skills_dir else [])
+    catalog = load_skills(dirs)
+    for error in catalog.errors:
+        log.error("skill not loaded: %s", error)
+    return catalog
+
+
+def build_agent(
+    config: AgentConfig, store: ThreadStore, sessions: async_sessionmaker[AsyncSession]
+) -> AgentLoop:
+    """An agent loop on the Anthropic Messages API with the standard tools, skills and hooks."""
     client = anthropic.AsyncAnthropic(
         api_key=config.api_key.get_secret_value() if config.api_key else "not-set",
         base_url=config.base_url,
         max_retries=config.model_retries,
         timeout=config.model_timeout_s,
     )
-    tools = ToolRegistry(default_tools(config))
+    model = ModelClient(client, config.model, config.max_tokens)
+    catalog = load_skill_catalog(config)
+    tools = ToolRegistry([*default_tools(config), TodoTool(), *skill_tools(catalog)])
+
+    def subagent_hooks() -> list[Hook]:
+        return [PromptCachingHook(), TelemetryHook(sessions)]
+
+    tools.register(TaskTool(model, tools, DEFAULT_SUBAGENTS, hooks=subagent_hooks))
+    hooks: list[Hook] = [  # the order documented in agent_core.hooks
+        SkillPolicyHook(),
+        PromptCachingHook(),
+        DanglingToolCallPatch(store),
+        TelemetryHook(sessions),
+    ]
     return AgentLoop(
-        model=ModelClient(client, config.model, config.max_tokens),
+        model=model,
         tools=tools,
         store=store,
-        system_prompt=system_prompt(tools_prompt_section(config)),
+        system_prompt=system_prompt(tools_prompt_section(config), catalog.system_prompt_section()),
         max_iterations=config.max_iterations,
+        hooks=hooks,
     )

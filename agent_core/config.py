@@ -16,3 +16,4 @@ class AgentConfig(BaseModel):
     model_retries: int = 3
     model_timeout_s: float = 300.0
     data_dir: Path
+    skills_dir: Path | None = None  # operator skills; override bundled ones by name

@@ -1,9 +1,9 @@
 """The agent loop: call the model, run the tools it asks for, repeat until it answers.
 
 Every message is stored as soon as it exists, so a turn interrupted by a crash resumes from
-the database: a user message is never stored twice, a finished answer is not asked for again,
-and a tool call left without its result is closed with a "cancelled" result before the next
-model call (the API rejects a tool_use without a matching tool_result).
+the database: a user message is never stored twice and a finished answer is not asked for
+again. Everything else that varies (skills, caching, the dangling-call patch, telemetry…) is a
+hook; see `agent_core.hooks` for the order.
 """
 
 from __future__ import annotations
@@ -13,22 +13,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from agent_core.hooks import Hook, TurnObserver
-from agent_core.messages import (
-    Role,
-    StandardMessage,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-)
+from agent_core.messages import Role, StandardMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from agent_core.model import ModelClient, ModelResponse, ModelUnavailable
 from agent_core.request import build_request
 from agent_core.store.threads import ThreadStore
 from agent_core.tools.base import ToolContext, ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)
-
-CANCELLED_RESULT = "Cancelled: this tool call was interrupted before it finished and was not run."
-
 
 class TurnEnd(StrEnum):
     ANSWERED = "answered"
@@ -77,85 +68,82 @@ class AgentLoop:
         observer = observer or TurnObserver()
         if not await self.store.has_event(thread_id, event_key):
             await self.store.append(thread_id, [user_message], event_key=event_key)
-        await self._close_dangling_tool_calls(thread_id)
-        history = await self.store.history(thread_id)
+        ctx.state = await self.store.load_state(thread_id)
         for hook in self.hooks:
-            await hook.before_run(thread_id, history)
+            await hook.before_run(await self.store.history(thread_id), ctx)
 
         model_calls = tool_calls = 0
-        for _ in range(self.max_iterations):
-            history = await self.store.history(thread_id)
-            last = history[-1]
-            if last.role is Role.ASSISTANT:  # answered before a crash; nothing left to ask
-                return TurnResult(last.text, TurnEnd.ANSWERED, model_calls, tool_calls)
+        try:
+            for _ in range(self.max_iterations):
+                history = await self.store.history(thread_id)
+                last = history[-1]
+                if last.role is Role.ASSISTANT:  # answered before a crash; nothing left to ask
+                    return TurnResult(last.text, TurnEnd.ANSWERED, model_calls, tool_calls)
 
-            request = build_request(self.system_prompt, self.tools.specs(), history)
+                request = build_request(self.system_prompt, self.tools.specs(), history)
+                for hook in self.hooks:
+                    request = await hook.before_model(request, history, ctx)
+                try:
+                    response = await self.model.complete(
+                        request, on_text=observer.on_text, on_restart=observer.on_text_reset
+                    )
+                except ModelUnavailable as exc:
+                    log.error("model unavailable (ref %s): %s", exc.ref_id, exc)
+                    apology = (
+                        "Sorry, I can't reach the analysis model right now. Please try again in "
+                        f"a few minutes. (reference {exc.ref_id})"
+                    )
+                    await self._say(thread_id, apology)
+                    return TurnResult(apology, TurnEnd.MODEL_UNAVAILABLE, model_calls, tool_calls)
+                model_calls += 1
+                ctx.state.model_calls += 1
+                for hook in self.hooks:
+                    await hook.after_model(response, ctx)
+
+                answer = _assistant_message(thread_id, response)
+                await self.store.append(thread_id, [answer])
+                calls = answer.tool_uses()
+                if response.stop_reason == "tool_use" and calls:
+                    results = await self._run_tools(calls, ctx, observer)
+                    tool_calls += len(results)
+                    await self.store.append(thread_id, [_tool_results_message(thread_id, results)])
+                    await self.store.save_state(thread_id, ctx.state)
+                    continue
+                return _finish(answer.text, response.stop_reason, model_calls, tool_calls)
+
+            note = (
+                f"I stopped after {self.max_iterations} steps without reaching an answer. "
+                "Try narrowing the question, or ask me to continue."
+            )
+            await self._say(thread_id, note)
+            return TurnResult(note, TurnEnd.MAX_ITERATIONS, model_calls, tool_calls)
+        finally:
+            await self.store.save_state(thread_id, ctx.state)
+
+    async def _run_tools(
+        self, calls: list[ToolUseBlock], ctx: ToolContext, observer: TurnObserver
+    ) -> list[ToolResult]:
+        """Run the calls of one model turn; results come back in the order of the calls."""
+        results: dict[str, ToolResult] = {}
+        to_run: list[ToolUseBlock] = []
+        for call in calls:
+            await observer.on_tool_start(call)
             for hook in self.hooks:
-                request = await hook.before_model(request, history)
-            try:
-                response = await self.model.complete(
-                    request, on_text=observer.on_text, on_restart=observer.on_text_reset
-                )
-            except ModelUnavailable as exc:
-                log.error("model unavailable (ref %s): %s", exc.ref_id, exc)
-                apology = (
-                    "Sorry, I can't reach the analysis model right now. Please try again in a few "
-                    f"minutes. (reference {exc.ref_id})"
-                )
-                await self._say(thread_id, apology)
-                return TurnResult(apology, TurnEnd.MODEL_UNAVAILABLE, model_calls, tool_calls)
-            model_calls += 1
+                refused = await hook.before_tool(call, ctx)
+                if refused is not None:
+                    results[call.id] = refused
+                    break
+            else:
+                to_run.append(call)
+        for call, result in zip(to_run, await self.tools.execute_many(to_run, ctx), strict=True):
+            results[call.id] = result
+        ordered = []
+        for call in calls:
+            result = results[call.id]
             for hook in self.hooks:
-                await hook.after_model(response)
-
-            answer = _assistant_message(thread_id, response)
-            await self.store.append(thread_id, [answer])
-            calls = answer.tool_uses()
-            if response.stop_reason == "tool_use" and calls:
-                results = [await self._run_tool(call, ctx, observer) for call in calls]
-                tool_calls += len(results)
-                await self.store.append(thread_id, [_tool_results_message(thread_id, results)])
-                continue
-            return _finish(answer.text, response.stop_reason, model_calls, tool_calls)
-
-        note = (
-            f"I stopped after {self.max_iterations} steps without reaching an answer. "
-            "Try narrowing the question, or ask me to continue."
-        )
-        await self._say(thread_id, note)
-        return TurnResult(note, TurnEnd.MAX_ITERATIONS, model_calls, tool_calls)
-
-    async def _run_tool(self, call: ToolUseBlock, ctx: ToolContext, observer: TurnObserver) -> ToolResult:
-        await observer.on_tool_start(call)
-        result = None
-        for hook in self.hooks:
-            result = await hook.before_tool(call, ctx)
-            if result is not None:
-                break
-        if result is None:
-            result = await self.tools.execute(call, ctx)
-        for hook in self.hooks:
-            result = await hook.after_tool(call, result)
-        return result
-
-    async def _close_dangling_tool_calls(self, thread_id: str) -> None:
-        history = await self.store.history(thread_id)
-        answered = {r.tool_use_id for m in history for r in m.tool_results()}
-        for message in reversed(history):
-            if message.role is Role.ASSISTANT:
-                dangling = [c for c in message.tool_uses() if c.id not in answered]
-                if dangling:
-                    blocks = [
-                        ToolResultBlock(tool_use_id=c.id, content=CANCELLED_RESULT, is_error=True)
-                        for c in dangling
-                    ]
-                    # The patch must follow the assistant message directly; only the last
-                    # assistant message can be dangling because we store results right after.
-                    if history[-1] is message:
-                        await self.store.append(
-                            thread_id, [StandardMessage(thread_id=thread_id, role=Role.USER, content=blocks)]
-                        )
-                break
+                result = await hook.after_tool(call, result, ctx)
+            ordered.append(result)
+        return ordered
 
     async def _say(self, thread_id: str, text: str) -> None:
         await self.store.append(

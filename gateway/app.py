@@ -9,7 +9,9 @@ from aiohttp import web
 from sqlalchemy import text
 
 from adapters.slack.app import SlackAdapter, SlackConfig
+from agent_core.telemetry import call_stats
 from gateway.config import Settings
+from gateway.metrics import render_metrics
 from gateway.migrate import upgrade
 from gateway.runtime import Runtime
 
@@ -55,6 +57,13 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "database": "ok"})
 
 
+async def metrics(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    stats = await call_stats(runtime.sessions)
+    body = render_metrics(stats, await runtime.inbox.open_events())
+    return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+
 def create_app(settings: Settings) -> web.Application:
     """The service; migrations run and the dispatcher starts when the app starts."""
     runtime = Runtime.build(settings)
@@ -62,6 +71,7 @@ def create_app(settings: Settings) -> web.Application:
     app[RUNTIME] = runtime
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
 
     if settings.slack_configured:
         slack = SlackAdapter(

@@ -53,6 +53,26 @@ def _db_upgrade(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _skills_list(_args: argparse.Namespace) -> int:
+    from agent_core.agent import load_skill_catalog
+    from gateway.runtime import agent_config
+
+    catalog = load_skill_catalog(agent_config(load_settings()))
+    for skill in catalog:
+        flags = " (not model-invocable)" if skill.frontmatter.disable_model_invocation else ""
+        print(f"{skill.name}{flags}\n    {skill.frontmatter.description}\n    {skill.path}")
+    for error in catalog.errors:
+        print(f"ERROR {error}")
+    return 1 if catalog.errors else 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from gateway.stats import print_stats
+
+    asyncio.run(print_stats(load_settings(), args.thread))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ba-agent", description="BA-Agent Gateway")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -69,6 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     db_commands = db.add_subparsers(dest="db_command", required=True)
     db_upgrade = db_commands.add_parser("upgrade", help="apply database migrations")
     db_upgrade.set_defaults(func=_db_upgrade)
+
+    skills = commands.add_parser("skills", help="skills")
+    skills_commands = skills.add_subparsers(dest="skills_command", required=True)
+    skills_list = skills_commands.add_parser("list", help="list loaded skills and load errors")
+    skills_list.set_defaults(func=_skills_list)
+
+    stats = commands.add_parser("stats", help="per-tool and per-model call statistics")
+    stats.add_argument("--thread", help="only this conversation (thread id)")
+    stats.set_defaults(func=_stats)
     return parser
 
 

@@ -41,6 +41,7 @@ class Settings(BaseSettings):
     max_iterations: int = Field(20, ge=1, le=200, validation_alias="BA_MAX_ITERATIONS")
     model_retries: int = Field(3, ge=0, le=10, validation_alias="BA_MODEL_RETRIES")
     model_timeout_s: float = Field(300.0, gt=0, validation_alias="BA_MODEL_TIMEOUT")
+    skills_dir: Path | None = Field(None, validation_alias="BA_SKILLS_DIR")
 
     slack_bot_token: SecretStr | None = Field(None, validation_alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(None, validation_alias="SLACK_SIGNING_SECRET")
@@ -49,6 +50,7 @@ class Settings(BaseSettings):
         False, validation_alias="SLACK_REQUIRE_MENTION_IN_THREADS"
     )
 
+    max_upload_mb: int = Field(50, ge=1, le=2048, validation_alias="BA_MAX_UPLOAD_MB")
     max_concurrent_turns: int = Field(8, ge=1, le=256, validation_alias="BA_MAX_CONCURRENT_TURNS")
     lease_seconds: float = Field(60.0, gt=0, validation_alias="BA_LEASE_SECONDS")
     poll_interval_s: float = Field(1.0, gt=0, validation_alias="BA_POLL_INTERVAL")

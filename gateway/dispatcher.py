@@ -28,6 +28,8 @@ from agent_core.messages import (
 )
 from agent_core.store.threads import ThreadStore
 from agent_core.tools.base import ToolContext
+from agent_core.data.uploads import UploadLimits
+from gateway.attachments import ingest_attachments
 from gateway.inbox import Inbox
 from gateway.outbound import OutboundLedger
 from gateway.tables import EventStatus, InboundEventRow
@@ -76,6 +78,7 @@ class Dispatcher:
         concurrency: int = 8,
         lease_seconds: float = 60.0,
         poll_interval_s: float = 1.0,
+        upload_limits: UploadLimits | None = None,
     ) -> None:
         self._inbox = inbox
         self._ledger = ledger
@@ -86,6 +89,7 @@ class Dispatcher:
         self._concurrency = concurrency
         self._lease_seconds = lease_seconds
         self._poll_interval_s = poll_interval_s
+        self._upload_limits = upload_limits or UploadLimits()
         self._process_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -181,20 +185,22 @@ class Dispatcher:
                 "Your message was received."
             )
         thread_id = await self._store.open(msg.thread, dm_owner=msg.user if msg.is_dm else None)
+        ctx = self._tool_context(msg, thread_id)
+        notes = await ingest_attachments(responder, msg, ctx, self._upload_limits) if msg.attachments else []
         stream = await responder.open_stream(msg, delivery_id)
         observer = _ProgressObserver(responder, msg, stream)
         try:
             result = await self._agent.run_turn(
                 thread_id,
-                _user_message(thread_id, msg),
+                _user_message(thread_id, msg, notes),
                 event_key=msg.dedupe_key,
-                ctx=self._tool_context(msg, thread_id),
+                ctx=ctx,
                 observer=observer,
             )
         finally:
             if stream is not None:
                 await stream.close()
-        return OutboundReply(text=result.text)
+        return OutboundReply(text=result.text, files=ctx.produced_files)
 
     async def _deliver(
         self, row_id: int, msg: InboundMessage, responder: Responder, reply: OutboundReply, delivery_id: str
@@ -206,11 +212,10 @@ class Dispatcher:
         await self._ledger.mark_sent(delivery_id)
 
 
-def _user_message(thread_id: str, msg: InboundMessage) -> StandardMessage:
+def _user_message(thread_id: str, msg: InboundMessage, attachment_notes: list[str]) -> StandardMessage:
     text = msg.text or "(no text)"
     if not msg.is_dm:
         text = f"[from {msg.user_name or msg.user}] {text}"
-    if msg.attachments:
-        names = ", ".join(a.name for a in msg.attachments)
-        text += f"\n\n(attached files: {names})"
+    if attachment_notes:
+        text += "\n\nFiles shared with this message:\n" + "\n".join(f"- {n}" for n in attachment_notes)
     return StandardMessage(thread_id=thread_id, role=Role.USER, content=[TextBlock(text=text)])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import aliased
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -82,6 +82,12 @@ class Inbox:
         )
         async with self._engine.connect() as conn:
             return list((await conn.execute(stmt)).scalars())
+
+    async def open_events(self) -> int:
+        """How many accepted events are not answered yet."""
+        stmt = select(func.count()).select_from(InboundEventRow).where(InboundEventRow.status.in_(_OPEN))
+        async with self._engine.connect() as conn:
+            return (await conn.execute(stmt)).scalar_one()
 
     async def acquire_lease(self, thread_key: str, owner: str, seconds: float) -> bool:
         """Take (or extend) the lease on a thread; False when someone else holds it."""

@@ -6,11 +6,13 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from adapters.base import Responder
 from agent_core.agent import build_agent
 from agent_core.config import AgentConfig
+from agent_core.data.uploads import UploadLimits
 from agent_core.loop import AgentLoop
 from agent_core.messages import InboundMessage
 from agent_core.store.db import create_engine, session_factory
@@ -34,6 +36,7 @@ def agent_config(settings: Settings) -> AgentConfig:
         model_retries=settings.model_retries,
         model_timeout_s=settings.model_timeout_s,
         data_dir=settings.data_dir.resolve(),
+        skills_dir=settings.skills_dir,
     )
 
 
@@ -41,6 +44,7 @@ def agent_config(settings: Settings) -> AgentConfig:
 class Runtime:
     settings: Settings
     engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
     store: ThreadStore
     inbox: Inbox
     ledger: OutboundLedger
@@ -52,9 +56,10 @@ class Runtime:
     def build(cls, settings: Settings) -> Runtime:
         """Create engine, stores and agent (no I/O yet)."""
         engine = create_engine(settings.effective_database_url)
-        store = ThreadStore(session_factory(engine))
-        agent = build_agent(agent_config(settings), store) if settings.model_configured else None
-        return cls(settings, engine, store, Inbox(engine), OutboundLedger(engine), agent)
+        sessions = session_factory(engine)
+        store = ThreadStore(sessions)
+        agent = build_agent(agent_config(settings), store, sessions) if settings.model_configured else None
+        return cls(settings, engine, sessions, store, Inbox(engine), OutboundLedger(engine), agent)
 
     def tool_context(self, msg: InboundMessage, thread_id: str) -> ToolContext:
         return ToolContext(
@@ -76,10 +81,15 @@ class Runtime:
             concurrency=self.settings.max_concurrent_turns,
             lease_seconds=self.settings.lease_seconds,
             poll_interval_s=self.settings.poll_interval_s,
+            upload_limits=UploadLimits(max_bytes=self.settings.max_upload_mb * 1024**2),
         )
         self.dispatcher.start()
 
     async def close(self) -> None:
         if self.dispatcher is not None:
             await self.dispatcher.stop()
+        for responder in self.responders.values():
+            close = getattr(responder, "close", None)
+            if close is not None:
+                await close()
         await self.engine.dispose()

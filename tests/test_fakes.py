@@ -38,6 +38,7 @@ USER_TURN: list[MessageParam] = [{"role": "user", "content": "why did GMV drop?"
 
 
 def client_for(fake: FakeAnthropic) -> AsyncAnthropic:
+    """A real SDK client aimed at ``fake``; use it with ``async with`` so its pool is closed."""
     return AsyncAnthropic(base_url=fake.base_url, api_key="test-key")
 
 
@@ -45,7 +46,7 @@ def client_for(fake: FakeAnthropic) -> AsyncAnthropic:
 
 
 async def test_stream_rebuilds_thinking_text_and_tool_use() -> None:
-    async with FakeAnthropic() as fake:
+    async with FakeAnthropic() as fake, client_for(fake) as client:
         fake.script(
             Reply(
                 [
@@ -59,7 +60,7 @@ async def test_stream_rebuilds_thinking_text_and_tool_use() -> None:
                 ]
             )
         )
-        async with client_for(fake).messages.stream(
+        async with client.messages.stream(
             model=MODEL, max_tokens=1024, messages=USER_TURN
         ) as stream:
             deltas = [event.text async for event in stream if event.type == "text"]
@@ -83,11 +84,9 @@ async def test_stream_rebuilds_thinking_text_and_tool_use() -> None:
 
 
 async def test_create_returns_json_message_with_usage_override() -> None:
-    async with FakeAnthropic() as fake:
+    async with FakeAnthropic() as fake, client_for(fake) as client:
         fake.script(Reply([text("Refusing.")], stop_reason="refusal", usage={"output_tokens": 3}))
-        message = await client_for(fake).messages.create(
-            model=MODEL, max_tokens=64, messages=USER_TURN
-        )
+        message = await client.messages.create(model=MODEL, max_tokens=64, messages=USER_TURN)
 
     assert message.content[0].text == "Refusing."
     assert message.stop_reason == "refusal" and message.usage.output_tokens == 3
@@ -95,28 +94,26 @@ async def test_create_returns_json_message_with_usage_override() -> None:
 
 
 async def test_sdk_retries_past_two_overloaded_errors() -> None:
-    async with FakeAnthropic() as fake:
+    async with FakeAnthropic() as fake, client_for(fake) as client:
         fake.script(
             HttpError(retry_after=0.01),
             HttpError(retry_after=0.01),
             Reply([text("third time lucky")]),
         )
-        message = await client_for(fake).messages.create(
-            model=MODEL, max_tokens=64, messages=USER_TURN
-        )
+        message = await client.messages.create(model=MODEL, max_tokens=64, messages=USER_TURN)
 
     assert message.content[0].text == "third time lucky"
     assert [r.headers["x-stainless-retry-count"] for r in fake.requests] == ["0", "1", "2"]
 
 
 async def test_errors_carry_the_api_envelope_and_request_id() -> None:
-    async with FakeAnthropic() as fake:
+    async with FakeAnthropic() as fake, client_for(fake) as client:
         fake.script(HttpError(429, "rate_limit_error", "Slow down", should_retry=False))
         with pytest.raises(anthropic.RateLimitError) as caught:
-            await client_for(fake).messages.create(model=MODEL, max_tokens=64, messages=USER_TURN)
+            await client.messages.create(model=MODEL, max_tokens=64, messages=USER_TURN)
         # Nothing scripted: fail fast (no SDK retries) with a message saying why.
         with pytest.raises(anthropic.InternalServerError, match="no scripted response"):
-            await client_for(fake).messages.create(model=MODEL, max_tokens=64, messages=USER_TURN)
+            await client.messages.create(model=MODEL, max_tokens=64, messages=USER_TURN)
 
     assert caught.value.type == "rate_limit_error" and caught.value.api_message == "Slow down"
     assert caught.value.request_id and caught.value.request_id.startswith("req_")
@@ -124,11 +121,11 @@ async def test_errors_carry_the_api_envelope_and_request_id() -> None:
 
 
 async def test_stream_error_raises_mid_stream() -> None:
-    async with FakeAnthropic() as fake:
+    async with FakeAnthropic() as fake, client_for(fake) as client:
         fake.script(StreamError([text("Partial answer")], error_type="overloaded_error"))
         received: list[str] = []
         with pytest.raises(anthropic.APIStatusError) as caught:
-            async with client_for(fake).messages.stream(
+            async with client.messages.stream(
                 model=MODEL, max_tokens=64, messages=USER_TURN
             ) as stream:
                 async for event in stream:
@@ -143,9 +140,8 @@ async def test_respond_with_and_conversation_validation() -> None:
     async def echo(request: dict[str, Any]) -> Reply:
         return Reply([text(f"echo: {request['messages'][-1]['content']}")])
 
-    async with FakeAnthropic() as fake:
+    async with FakeAnthropic() as fake, client_for(fake) as client:
         fake.respond_with(echo)
-        client = client_for(fake)
         message = await client.messages.create(model=MODEL, max_tokens=64, messages=USER_TURN)
         assert message.content[0].text == "echo: why did GMV drop?"
 
@@ -184,9 +180,8 @@ def cached_request(question: str, history: list[dict[str, Any]] | None = None) -
 
 async def test_prompt_caching_usage() -> None:
     now = [0.0]
-    async with FakeAnthropic(clock=lambda: now[0]) as fake:
+    async with FakeAnthropic(clock=lambda: now[0]) as fake, client_for(fake) as client:
         fake.respond_with(lambda request: Reply([text("ok")]))
-        client = client_for(fake)
 
         first = await client.messages.create(**cached_request("why did GMV drop?"))
         second = await client.messages.create(**cached_request("and revenue?"))
@@ -206,9 +201,8 @@ async def test_prompt_caching_usage() -> None:
 
     total = estimate_tokens(cached_request("why did GMV drop?"))
     assert first.usage.cache_read_input_tokens == 0
-    assert (
-        first.usage.cache_creation_input_tokens == total
-    )  # whole request is below the last breakpoint
+    # The whole first request lies before its last breakpoint, so all of it is written.
+    assert first.usage.cache_creation_input_tokens == total
     assert first.usage.cache_creation.ephemeral_5m_input_tokens == total
     assert second.usage.cache_read_input_tokens > 1000  # the system prompt
     assert second.usage.cache_creation_input_tokens < 20  # only the new question
@@ -222,10 +216,10 @@ async def test_prompt_caching_usage() -> None:
 
 
 async def test_min_cacheable_tokens_disables_small_prefixes() -> None:
-    async with FakeAnthropic(min_cacheable_tokens=10_000) as fake:
+    async with FakeAnthropic(min_cacheable_tokens=10_000) as fake, client_for(fake) as client:
         fake.respond_with(lambda request: Reply([text("ok")]))
         for _ in range(2):
-            message = await client_for(fake).messages.create(**cached_request("q"))
+            message = await client.messages.create(**cached_request("q"))
             assert (
                 message.usage.cache_read_input_tokens
                 == message.usage.cache_creation_input_tokens
@@ -234,9 +228,11 @@ async def test_min_cacheable_tokens_disables_small_prefixes() -> None:
 
 
 def test_anthropic_in_thread_from_sync_code() -> None:
-    with FakeAnthropic.in_thread() as fake:
+    with (
+        FakeAnthropic.in_thread() as fake,
+        Anthropic(base_url=fake.base_url, api_key="test-key") as client,
+    ):
         fake.script(Reply([text("sync hello")]), Reply([text("streamed hello")]))
-        client = Anthropic(base_url=fake.base_url, api_key="test-key")
         created = client.messages.create(model=MODEL, max_tokens=64, messages=USER_TURN)
         with client.messages.stream(model=MODEL, max_tokens=64, messages=USER_TURN) as stream:
             streamed = stream.get_final_text()

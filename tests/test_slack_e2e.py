@@ -48,7 +48,7 @@ async def test_channel_mention_is_answered_in_its_thread(gateway, fakes) -> None
     request = anthropic.last_request.body
     assert request["messages"][0]["content"][0]["text"].endswith("why did GMV drop?")
     assert "<@UBOT>" not in json.dumps(request["messages"])
-    assert [t["name"] for t in request["tools"]] == ["sql_query"]
+    assert "sql_query" in [t["name"] for t in request["tools"]]
     # Progress was shown at once and cleared afterwards.
     assert [c.params["name"] for c in slack.calls_to("reactions.add")] == ["eyes"]
     assert slack.reactions_on("C1", "1700000001.000100") == []

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 from typing import TextIO
 
-from agent_core.messages import InboundMessage, OutboundReply
+from adapters.download import AttachmentError
+from agent_core.messages import Attachment, InboundMessage, OutboundReply
 
 PLATFORM = "console"
 
@@ -68,3 +70,8 @@ class ConsoleResponder:
 
     async def clear_progress(self, msg: InboundMessage) -> None:
         self.answered(msg).set()
+
+    async def fetch_attachment(
+        self, msg: InboundMessage, attachment: Attachment, dest: Path, max_bytes: int
+    ) -> Path:
+        raise AttachmentError("the console has no file attachments")

@@ -2,16 +2,15 @@
 
 The gateway uses:
 - `FeishuConfig` (config.py): settings from FEISHU_* env vars.
-- `FeishuClient(config)` (client.py): the Open API client; `await client.aclose()` at shutdown.
-- `make_feishu_handler(config, accept, client.bot_open_id)` (webhook.py): POST /feishu/events.
-- `FeishuLongConnection(config, accept, client.bot_open_id)` (longconn.py): `await start()`,
-  `await stop()`, `status()` / `state` for /readyz — instead of the webhook when mode is
-  "websocket".
-- `FeishuResponder(client, config)` (responder.py): the `adapters.base.Responder`, plus
-  `download_attachment(msg, attachment, dest_dir)`.
+- `FeishuAdapter(config, accept)` (app.py): everything assembled — `.platform`, `.responder`
+  (the `adapters.base.Responder`, plus `fetch_attachment`), `.handle` for POST /feishu/events,
+  `await .start()` (opens the long connection in websocket mode), `.status()` for /readyz,
+  `await .close()`.
+- The parts, for other wiring: `FeishuClient`, `FeishuResponder`, `make_feishu_handler`,
+  `FeishuLongConnection`.
 
-The client, responder and long connection import lark-oapi, which takes seconds to import, so they
-are loaded on first access and a Slack-only deployment never pays for it.
+Modules that import lark-oapi (seconds to import) load on first access, so importing the config
+costs a Slack-only deployment nothing.
 """
 
 from __future__ import annotations
@@ -24,12 +23,13 @@ from adapters.feishu.events import Ignored, MalformedEvent, parse_event
 from adapters.feishu.webhook import make_feishu_handler
 
 if TYPE_CHECKING:
-    from adapters.feishu.client import AttachmentTooLarge, FeishuApiError, FeishuClient
+    from adapters.feishu.app import FeishuAdapter
+    from adapters.feishu.client import FeishuApiError, FeishuClient
     from adapters.feishu.longconn import ConnectionState, FeishuLongConnection, LongConnectionStatus
     from adapters.feishu.responder import FeishuResponder
 
 _LAZY = {
-    "AttachmentTooLarge": "adapters.feishu.client",
+    "FeishuAdapter": "adapters.feishu.app",
     "FeishuApiError": "adapters.feishu.client",
     "FeishuClient": "adapters.feishu.client",
     "ConnectionState": "adapters.feishu.longconn",
@@ -39,8 +39,8 @@ _LAZY = {
 }
 
 __all__ = [
-    "AttachmentTooLarge",
     "ConnectionState",
+    "FeishuAdapter",
     "FeishuApiError",
     "FeishuClient",
     "FeishuConfig",

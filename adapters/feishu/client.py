@@ -56,6 +56,7 @@ from lark_oapi.api.im.v1 import (
 from lark_oapi.core.exception import ObtainAccessTokenException
 from lark_oapi.core.token import TokenManager
 
+from adapters.download import AttachmentError
 from adapters.feishu.config import FeishuConfig
 
 log = logging.getLogger(__name__)
@@ -80,9 +81,21 @@ class FeishuApiError(Exception):
     """A Feishu Open API call failed (after retries, where retrying made sense)."""
 
     def __init__(
-        self, op: str, code: int, msg: str, *, http_status: int | None = None, log_id: str | None = None
+        self,
+        op: str,
+        code: int,
+        msg: str,
+        *,
+        http_status: int | None = None,
+        log_id: str | None = None,
     ) -> None:
-        self.op, self.code, self.msg, self.http_status, self.log_id = op, code, msg, http_status, log_id
+        self.op, self.code, self.msg, self.http_status, self.log_id = (
+            op,
+            code,
+            msg,
+            http_status,
+            log_id,
+        )
         detail = f"{op} failed: code={code} msg={msg!r}"
         if http_status is not None:
             detail += f" http={http_status}"
@@ -91,22 +104,10 @@ class FeishuApiError(Exception):
         super().__init__(detail)
 
 
-class AttachmentTooLarge(Exception):
-    """A message resource is bigger than the configured download cap."""
-
-
 @dataclass(frozen=True)
 class BotInfo:
     open_id: str
     name: str = ""
-
-
-@dataclass(frozen=True)
-class Download:
-    path: Path
-    content_type: str
-    size: int
-    filename: str | None = None  # from Content-Disposition
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,9 @@ class FeishuClient:
         response = await self._call("bot.info", self._sdk(call))
         bot = json.loads(response.raw.content).get("bot") or {}
         if not bot.get("open_id"):
-            raise FeishuApiError("bot.info", -1, "response has no bot.open_id (is the bot enabled?)")
+            raise FeishuApiError(
+                "bot.info", -1, "response has no bot.open_id (is the bot enabled?)"
+            )
         return BotInfo(open_id=bot["open_id"], name=bot.get("app_name", ""))
 
     # --- messages ----------------------------------------------------------------------------
@@ -274,7 +277,9 @@ class FeishuClient:
                 .uuid(uuid)
                 .build()
             )
-            request = ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
+            request = (
+                ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
+            )
             return self._lark.im.v1.message.reply(request)
 
         response = await self._call("im.message.reply", self._sdk(call), pace_key=chat_id)
@@ -290,7 +295,10 @@ class FeishuClient:
                 .build()
             )
             request = (
-                CreateMessageReactionRequest.builder().message_id(message_id).request_body(body).build()
+                CreateMessageReactionRequest.builder()
+                .message_id(message_id)
+                .request_body(body)
+                .build()
             )
             return self._lark.im.v1.message_reaction.create(request)
 
@@ -323,12 +331,16 @@ class FeishuClient:
                 .data(json.dumps(card, ensure_ascii=False))
                 .build()
             )
-            return self._lark.cardkit.v1.card.create(CreateCardRequest.builder().request_body(body).build())
+            return self._lark.cardkit.v1.card.create(
+                CreateCardRequest.builder().request_body(body).build()
+            )
 
         response = await self._call("cardkit.card.create", self._sdk(call))
         return response.data.card_id
 
-    async def stream_card_text(self, card_id: str, element_id: str, text: str, sequence: int) -> None:
+    async def stream_card_text(
+        self, card_id: str, element_id: str, text: str, sequence: int
+    ) -> None:
         """Set a Markdown element's full text (typewriter effect in streaming mode).
 
         `sequence` must increase strictly per card; the uuid derived from it makes a retried
@@ -415,17 +427,19 @@ class FeishuClient:
                     .file(data)
                     .build()
                 )
-                return self._lark.im.v1.file.create(CreateFileRequest.builder().request_body(body).build())
+                return self._lark.im.v1.file.create(
+                    CreateFileRequest.builder().request_body(body).build()
+                )
 
         response = await self._call("im.file.create", self._sdk(call))
         return response.data.file_key
 
     async def download_resource(
         self, message_id: str, file_key: str, kind: str, dest: Path, *, max_bytes: int
-    ) -> Download:
-        """Download a message's image or file (`kind`: "image" or "file") to `dest`.
+    ) -> Path:
+        """Download a message's image or file (`kind`: "image" or "file") to `dest`, atomically.
 
-        Raises AttachmentTooLarge past `max_bytes`. The SDK's typed call buffers the whole body in
+        Raises AttachmentError past `max_bytes`. The SDK's typed call buffers the whole body in
         memory, so this streams to disk itself, with the SDK's cached tenant token.
         """
         url = (
@@ -434,19 +448,24 @@ class FeishuClient:
         )
 
         async def attempt() -> _Result:
-            token = await self._in_thread(lambda: TokenManager.get_self_tenant_token(self._lark.config))
+            try:
+                token = await self._in_thread(
+                    lambda: TokenManager.get_self_tenant_token(self._lark.config)
+                )
+            except ObtainAccessTokenException as exc:
+                return _token_failure(exc)
             headers = {"Authorization": f"Bearer {token}"}
             async with self._session().get(url, params={"type": kind}, headers=headers) as response:
                 lower = {k.lower(): v for k, v in response.headers.items()}
                 if response.status >= 400 or response.content_type == "application/json":
                     body = await response.json(content_type=None)
-                    return _Result(body.get("code", -1), body.get("msg", ""), response.status, lower)
+                    return _Result(
+                        body.get("code", -1), body.get("msg", ""), response.status, lower
+                    )
                 if (response.content_length or 0) > max_bytes:
-                    raise AttachmentTooLarge(f"{file_key} is {response.content_length} bytes")
-                size = await _stream_to_file(response.content, dest, max_bytes)
-                filename = response.content_disposition.filename if response.content_disposition else None
-                download = Download(dest, response.content_type, size, filename)
-                return _Result(0, "", response.status, lower, download)
+                    raise AttachmentError(_too_large(max_bytes))
+                await _stream_to_file(response.content, dest, max_bytes)
+                return _Result(0, "", response.status, lower, dest)
 
         return await self._call("im.message_resource.get", attempt)
 
@@ -454,7 +473,9 @@ class FeishuClient:
 
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=self._timeout_s))
+            self._http = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=self._timeout_s)
+            )
         return self._http
 
     async def _in_thread(self, fn: Callable[[], Any]) -> Any:
@@ -467,7 +488,7 @@ class FeishuClient:
             try:
                 response = await self._in_thread(fn)
             except ObtainAccessTokenException as exc:
-                return _Result(exc.code if exc.code is not None else -1, f"tenant token: {exc.msg}")
+                return _token_failure(exc)
             raw = response.raw
             return _Result(
                 code=response.code if response.code is not None else -1,
@@ -500,7 +521,11 @@ class FeishuClient:
             if result.code == 0 and (result.status is None or result.status < 400):
                 return result.value
             error = FeishuApiError(
-                op, result.code, result.msg, http_status=result.status, log_id=result.headers.get("x-tt-logid")
+                op,
+                result.code,
+                result.msg,
+                http_status=result.status,
+                log_id=result.headers.get("x-tt-logid"),
             )
             if result.code in TOKEN_INVALID_CODES and not token_renewed:
                 token_renewed = True
@@ -514,17 +539,30 @@ class FeishuClient:
                 raise error
             if last:
                 raise error
-            log.warning("feishu %s: code %s (http %s); retrying in %.1fs", op, result.code, result.status, delay)
+            log.warning(
+                "feishu %s: code %s (http %s); retrying in %.1fs",
+                op,
+                result.code,
+                result.status,
+                delay,
+            )
             await asyncio.sleep(min(delay, self._max_backoff_s))
         raise FeishuApiError(op, -1, "no attempt succeeded")
 
     def _backoff(self, attempt: int) -> float:
-        return min(self._backoff_base_s * 2**attempt, self._max_backoff_s) * random.uniform(0.8, 1.2)
+        return min(self._backoff_base_s * 2**attempt, self._max_backoff_s) * random.uniform(
+            0.8, 1.2
+        )
 
     def _forget_token(self) -> None:
         # The SDK's TokenManager has no invalidate call; expiring its entry (its own key format,
         # "self_tenant_token:<app_id>") makes the next call fetch a fresh token.
         TokenManager.cache.set(f"self_tenant_token:{self._config.app_id}", "", 0)
+
+
+def _token_failure(exc: ObtainAccessTokenException) -> _Result:
+    """A failed tenant-token fetch, classified like any other call (it may be rate limited)."""
+    return _Result(exc.code if exc.code is not None else -1, f"tenant token: {exc.msg}")
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -537,19 +575,22 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     return None
 
 
-async def _stream_to_file(content: aiohttp.StreamReader, dest: Path, max_bytes: int) -> int:
-    """Copy a response body to `dest`, aborting (and deleting it) past `max_bytes`."""
+async def _stream_to_file(content: aiohttp.StreamReader, dest: Path, max_bytes: int) -> None:
+    """Copy a response body to `dest` via a temporary file, aborting past `max_bytes`."""
+    await asyncio.to_thread(dest.parent.mkdir, parents=True, exist_ok=True)
+    partial = dest.with_name(f".{dest.name}.part")
     size = 0
-    handle = await asyncio.to_thread(dest.open, "wb")
     try:
-        async for chunk in content.iter_chunked(_DOWNLOAD_CHUNK):
-            size += len(chunk)
-            if size > max_bytes:
-                raise AttachmentTooLarge(f"download exceeds {max_bytes} bytes")
-            await asyncio.to_thread(handle.write, chunk)
-    except BaseException:
-        handle.close()
-        dest.unlink(missing_ok=True)
-        raise
-    handle.close()
-    return size
+        with await asyncio.to_thread(partial.open, "wb") as handle:
+            async for chunk in content.iter_chunked(_DOWNLOAD_CHUNK):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise AttachmentError(_too_large(max_bytes))
+                await asyncio.to_thread(handle.write, chunk)
+        await asyncio.to_thread(partial.replace, dest)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _too_large(max_bytes: int) -> str:
+    return f"the file is larger than the {max_bytes / 1024**2:g} MB limit"

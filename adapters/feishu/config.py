@@ -1,4 +1,4 @@
-"""Settings of the Feishu / Lark adapter (built by the gateway from FEISHU_* environment variables)."""
+"""Settings of the Feishu / Lark adapter (the gateway builds them from FEISHU_* env vars)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ class FeishuConfig(BaseModel):
     encrypt_key: SecretStr | None = None
     # https://open.feishu.cn (Feishu, China) or https://open.larksuite.com (Lark, international).
     domain: str = FEISHU_DOMAIN
-    # "webhook": Feishu POSTs events to /feishu/events; "websocket": the app dials out (long connection).
+    # "webhook": Feishu POSTs events to /feishu/events; "websocket": the app dials out instead
+    # (long connection, no public URL needed).
     mode: Literal["webhook", "websocket"] = "webhook"
 
     # A top-level group mention is answered as a topic reply (a thread) rather than a quote reply.
@@ -42,15 +43,13 @@ class FeishuConfig(BaseModel):
 
     # Answers as interactive cards (Markdown, tables); off → rich-text posts.
     cards_enabled: bool = True
-    # Stream answers live into a CardKit card (needs cards_enabled and the cardkit:card:write scope).
+    # Stream answers live into a CardKit card (needs cards_enabled and cardkit:card:write).
     streaming_cards: bool = True
     # Minimum gap between two streaming updates of one card (Feishu allows 10 card ops/s per card).
     stream_update_interval_ms: int = Field(default=300, ge=100)
 
     # Outbound pacing per chat (Feishu: 5 messages/s to one chat).
     sends_per_second_per_chat: float = Field(default=5.0, gt=0)
-    # Attachments larger than this are not downloaded.
-    max_download_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
     # Long connection: restart the client when no frame (pong, event) arrived for this long.
     # Feishu pings every 120 s by default, so a healthy connection is never silent that long.
     ws_silence_timeout_s: float = Field(default=300.0, gt=0)
@@ -79,7 +78,8 @@ class FeishuConfig(BaseModel):
         # Without a verification token or an encrypt key anyone could post events to the webhook.
         if self.mode == "webhook" and self.verification_token is None and self.encrypt_key is None:
             raise ValueError(
-                "webhook mode needs FEISHU_VERIFICATION_TOKEN or FEISHU_ENCRYPT_KEY (preferably both)"
+                "webhook mode needs FEISHU_VERIFICATION_TOKEN or FEISHU_ENCRYPT_KEY "
+                "(preferably both)"
             )
         return self
 

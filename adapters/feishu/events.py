@@ -116,10 +116,7 @@ def url_verification(payload: dict[str, Any]) -> UrlVerification | None:
 def payload_token(payload: dict[str, Any]) -> str | None:
     """The verification token the payload carries (schema 2.0 header.token, or 1.0 token)."""
     header = payload.get("header")
-    if isinstance(header, dict):
-        token = header.get("token")
-    else:
-        token = payload.get("token")
+    token = header.get("token") if isinstance(header, dict) else payload.get("token")
     return token if isinstance(token, str) else None
 
 
@@ -206,7 +203,9 @@ def _parse_message(
         message_id=message.message_id,
         workspace=workspace,
         channel=message.chat_id,
-        thread=ThreadKey(platform=PLATFORM, workspace=workspace, channel=message.chat_id, root=root),
+        thread=ThreadKey(
+            platform=PLATFORM, workspace=workspace, channel=message.chat_id, root=root
+        ),
         reply_in_thread=reply_root,
         user=sender_open_id,
         text=text,
@@ -270,7 +269,9 @@ def _render_post(
         parts: list[str] = []
         for element in paragraph:
             if isinstance(element, dict):
-                parts.append(_render_post_element(message, element, attachments, config, bot_open_id))
+                parts.append(
+                    _render_post_element(message, element, attachments, config, bot_open_id)
+                )
         lines.append("".join(parts))
     return "\n".join(lines).strip(), attachments
 
@@ -296,8 +297,10 @@ def _render_post_element(
     bot_open_id: str,
 ) -> str:
     tag = element.get("tag")
-    if tag in ("text", "md"):
+    if tag == "md":
         return str(element.get("text", ""))
+    if tag == "text":
+        return _styled(str(element.get("text", "")), element.get("style") or [])
     if tag == "a":
         text, href = element.get("text") or element.get("href", ""), element.get("href")
         return f"[{text}]({href})" if href else str(text)
@@ -316,9 +319,9 @@ def _render_post_element(
             _attachment(config, message.message_id, key, "image", f"image-{key[-12:]}")
         )
         return ""
-    if tag == "media" and element.get("file_key"):
+    if tag in ("media", "file") and element.get("file_key"):
         key = element["file_key"]
-        name = element.get("file_name") or f"media-{key[-12:]}"
+        name = element.get("file_name") or f"{tag}-{key[-12:]}"
         attachments.append(_attachment(config, message.message_id, key, "file", name))
         return ""
     if tag == "code_block":
@@ -328,6 +331,16 @@ def _render_post_element(
     if tag == "hr":
         return "\n---\n"
     return ""
+
+
+def _styled(text: str, styles: list[str]) -> str:
+    """A post text run with its styles as Markdown (what the user wrote, for the model)."""
+    if not text.strip():
+        return text
+    for style, mark in (("bold", "**"), ("italic", "*"), ("lineThrough", "~~")):
+        if style in styles:
+            text = f"{mark}{text}{mark}"
+    return text
 
 
 def _resolve_mentions(

@@ -19,6 +19,7 @@ lark-oapi members used (checked against lark-oapi 1.7.x).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -101,9 +102,10 @@ class FeishuLongConnection:
         self._max_restart_backoff_s = max_restart_backoff_s
         self._lock = threading.Lock()  # guards the status fields, written from the ws thread
         self._state = ConnectionState.STOPPED
-        self._connected_since: float | None = None
-        self._last_frame: float | None = None
-        self._last_event: float | None = None
+        self._connected_since: datetime | None = None
+        self._last_frame: float | None = None  # monotonic, for the silence check
+        self._last_frame_at: datetime | None = None
+        self._last_event_at: datetime | None = None
         self._started_at = 0.0  # monotonic start of the current client
         self._restarts = 0
         self._service_loop: asyncio.AbstractEventLoop | None = None
@@ -121,9 +123,9 @@ class FeishuLongConnection:
         with self._lock:
             return LongConnectionStatus(
                 state=self._state,
-                connected_since=_wall(self._connected_since),
-                last_frame_at=_wall(self._last_frame),
-                last_event_at=_wall(self._last_event),
+                connected_since=self._connected_since,
+                last_frame_at=self._last_frame_at,
+                last_event_at=self._last_event_at,
                 restarts=self._restarts,
             )
 
@@ -142,10 +144,8 @@ class FeishuLongConnection:
             return
         self._set_state(ConnectionState.STOPPED)
         self._supervisor.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await self._supervisor
-        except asyncio.CancelledError:
-            pass
         self._supervisor = None
         await self._stop_client()
 
@@ -197,14 +197,14 @@ class FeishuLongConnection:
             # by its retry path, and the next one ends it. A thread stuck in a blocking call (the
             # SDK fetches its endpoint without a timeout) must still end before the next client
             # starts, as they share the SDK's module loop.
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the thread is ending
                 ws_loop.call_soon_threadsafe(ws_loop.stop)
-            except RuntimeError:
-                pass  # the loop is already closed: the thread is finishing
             await asyncio.to_thread(thread.join, _STOP_POLL_S)
             rounds += 1
             if rounds % 20 == 0:
-                log.warning("feishu long connection: still waiting for the old client thread to end")
+                log.warning(
+                    "feishu long connection: still waiting for the old client thread to end"
+                )
         self._thread = self._ws_loop = None
 
     # --- the client thread -------------------------------------------------------------------
@@ -239,9 +239,10 @@ class FeishuLongConnection:
         now = time.monotonic()
         with self._lock:
             self._last_frame = now
+            self._last_frame_at = datetime.now(UTC)
             if self._state != ConnectionState.STOPPED and self._state != ConnectionState.CONNECTED:
                 self._state = ConnectionState.CONNECTED
-                self._connected_since = now
+                self._connected_since = self._last_frame_at
                 log.info("feishu long connection: connected")
 
     def _deliver(self, payload: bytes) -> None:
@@ -275,7 +276,7 @@ class FeishuLongConnection:
             return
         outcome = await self._accept(result)
         with self._lock:
-            self._last_event = time.monotonic()
+            self._last_event_at = datetime.now(UTC)
         log.info("feishu long connection: message %s %s", result.message_id, outcome)
 
     def _set_state(self, state: ConnectionState) -> None:
@@ -303,10 +304,3 @@ def _shutdown(loop: asyncio.AbstractEventLoop, client: _MonitoredWsClient | None
         except Exception as exc:  # best effort: the socket dies with the loop anyway
             log.debug("feishu long connection: disconnect failed: %s", exc)
     loop.close()
-
-
-def _wall(monotonic_ts: float | None) -> datetime | None:
-    """A monotonic timestamp as wall-clock time (for display)."""
-    if monotonic_ts is None:
-        return None
-    return datetime.fromtimestamp(time.time() - (time.monotonic() - monotonic_ts), UTC)

@@ -74,7 +74,11 @@ def answer_card(markdown: str) -> dict[str, Any]:
     """A JSON 2.0 card showing one Markdown part of an answer."""
     return {
         "schema": "2.0",
-        "config": {"update_multi": True, "width_mode": "fill", "summary": {"content": summary(markdown)}},
+        "config": {
+            "update_multi": True,
+            "width_mode": "fill",
+            "summary": {"content": summary(markdown)},
+        },
         "body": {"elements": [_markdown_element(markdown)]},
     }
 
@@ -142,7 +146,7 @@ def _blocks(text: str) -> list[_Block]:
                 j += 1
             blocks.append(_Block("code", lines[i : j + 1]))
             i = j + 1
-        elif "|" in line and i + 1 < len(lines) and _TABLE_SEPARATOR.match(lines[i + 1]):
+        elif "|" in line and i + 1 < len(lines) and _is_table_separator(lines[i + 1]):
             end_paragraph()
             j = i + 2
             while j < len(lines) and "|" in lines[j] and lines[j].strip():
@@ -159,6 +163,11 @@ def _blocks(text: str) -> list[_Block]:
     return blocks
 
 
+def _is_table_separator(line: str) -> bool:
+    # "|---|:--:|"; a bare "---" under a line is a heading underline or a rule, not a table.
+    return "|" in line and _TABLE_SEPARATOR.match(line) is not None
+
+
 def _fit(block: _Block, budget: int) -> list[_Block]:
     """The block, or pieces of it that each fit `budget`."""
     if _cost(block.text) <= budget:
@@ -172,7 +181,9 @@ def _fit(block: _Block, budget: int) -> list[_Block]:
         return [_Block("code", [opening, *rows, closing]) for rows in _pack(body, budget, frame)]
     if block.kind == "table":
         header = block.lines[:2]
-        return [_Block("table", [*header, *rows]) for rows in _pack(block.lines[2:], budget, header)]
+        return [
+            _Block("table", [*header, *rows]) for rows in _pack(block.lines[2:], budget, header)
+        ]
     return [_Block("text", rows) for rows in _pack(block.lines, budget, [])]
 
 

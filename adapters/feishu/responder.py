@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import mimetypes
-import re
 import time
 import uuid
 from collections import OrderedDict
@@ -19,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from adapters.download import AttachmentError
 from adapters.feishu import render
 from adapters.feishu.client import FeishuApiError, FeishuClient
 from adapters.feishu.config import FeishuConfig
@@ -105,6 +104,21 @@ class FeishuAnswerStream:
             except FeishuApiError as exc:
                 log.warning("feishu: could not end streaming of card %s: %s", self.card_id, exc)
 
+    async def reopen(self, status: str) -> bool:
+        """Stream into this card again (the turn is being retried); False if that failed."""
+        if self.failed:
+            return False
+        async with self._lock:
+            try:
+                await self._client.set_card_streaming(self.card_id, True, self._next_sequence())
+            except FeishuApiError as exc:
+                log.warning("feishu: could not reopen card %s: %s", self.card_id, exc)
+                return False
+        self.closed = False
+        self._answer_started = False
+        self.set_status(status)
+        return True
+
     async def finish(self, markdown: str) -> bool:
         """End streaming and make `markdown` the card's final content; False if that failed."""
         await self.close()
@@ -114,7 +128,9 @@ class FeishuAnswerStream:
                     self.card_id, render.answer_card(markdown), self._next_sequence()
                 )
             except FeishuApiError as exc:
-                log.warning("feishu: could not write the final answer into card %s: %s", self.card_id, exc)
+                log.warning(
+                    "feishu: could not write the final answer into card %s: %s", self.card_id, exc
+                )
                 return False
         return True
 
@@ -141,7 +157,9 @@ class FeishuAnswerStream:
                 self._shown = text
             except FeishuApiError as exc:
                 self.failed = True
-                log.warning("feishu: streaming into card %s failed, stopping: %s", self.card_id, exc)
+                log.warning(
+                    "feishu: streaming into card %s failed, stopping: %s", self.card_id, exc
+                )
             self._last_push = time.monotonic()
 
     def _next_sequence(self) -> int:
@@ -165,7 +183,9 @@ class FeishuResponder:
     async def show_progress(self, msg: InboundMessage) -> None:
         """Put a "Typing" reaction on the user's message."""
         try:
-            self._reactions[msg.message_id] = await self._client.add_reaction(msg.message_id, PROGRESS_EMOJI)
+            self._reactions[msg.message_id] = await self._client.add_reaction(
+                msg.message_id, PROGRESS_EMOJI
+            )
         except FeishuApiError as exc:
             log.info("feishu: no progress reaction on %s: %s", msg.message_id, exc)
 
@@ -180,8 +200,8 @@ class FeishuResponder:
         if not self._config.stream_enabled:
             return None
         existing = self._streams.get(delivery_id)
-        if existing is not None and not existing.closed:
-            return existing
+        if existing is not None and (not existing.closed or await existing.reopen(INITIAL_STATUS)):
+            return existing  # a retried turn keeps writing into its card
         shown = render.status_markdown(INITIAL_STATUS)
         try:
             card_id = await self._client.create_card(render.streaming_card(shown))
@@ -208,10 +228,14 @@ class FeishuResponder:
             self._streams.popitem(last=False)
         return stream
 
-    async def deliver(self, msg: InboundMessage, reply: OutboundReply, delivery_id: str) -> None:
+    async def deliver(
+        self, msg: InboundMessage, reply: OutboundReply, delivery_id: str, *, resumed: bool = False
+    ) -> None:
         """Post the final answer: into the streaming card if there is one, else as new messages.
 
-        Parts beyond one card's limits follow as further messages; files follow the text.
+        Parts beyond one card's limits follow as further messages; files follow the text. A
+        `resumed` delivery (an earlier attempt may have posted some parts) needs nothing special:
+        every message's uuid derives from the delivery id, and Feishu drops repeats for an hour.
         """
         parts = render.split_markdown(reply.text)
         stream = self._streams.get(delivery_id)
@@ -222,7 +246,9 @@ class FeishuResponder:
             if await stream.finish(parts[0]):
                 first = 1
         for index in range(first, len(parts)):
-            await self._post_markdown(msg, parts[index], delivery_uuid(delivery_id, "text", str(index)))
+            await self._post_markdown(
+                msg, parts[index], delivery_uuid(delivery_id, "text", str(index))
+            )
         for index, file in enumerate(reply.files):
             await self._post_file(msg, file, delivery_uuid(delivery_id, "file", str(index)))
         self._streams.pop(delivery_id, None)
@@ -237,30 +263,33 @@ class FeishuResponder:
         except FeishuApiError as exc:
             log.info("feishu: could not remove reaction from %s: %s", msg.message_id, exc)
 
-    async def download_attachment(
-        self, msg: InboundMessage, attachment: Attachment, dest_dir: Path
+    async def fetch_attachment(
+        self, msg: InboundMessage, attachment: Attachment, dest: Path, max_bytes: int
     ) -> Path:
-        """Download one of the message's attachments into `dest_dir`; returns the file's path.
+        """Download one of the message's attachments to `dest` (atomically); returns `dest`.
 
-        Never overwrites: a name already taken gets a numeric suffix. Images are named after
-        their Content-Type. Raises AttachmentTooLarge past `max_download_bytes`.
+        Raises AttachmentError (a message safe to show the user) when it is larger than
+        `max_bytes` or Feishu refuses it.
         """
+        # The resource type ("image" or "file") travels in the attachment url's query.
         kind = parse_qs(urlsplit(attachment.url or "").query).get("type", ["file"])[0]
-        kind = kind if kind in ("image", "file") else "file"
-        await asyncio.to_thread(dest_dir.mkdir, parents=True, exist_ok=True)
-        name = _safe_name(attachment.name)
-        partial = dest_dir / f".{name}.{uuid.uuid4().hex[:8]}.part"
-        download = await self._client.download_resource(
-            msg.message_id, attachment.file_id, kind, partial, max_bytes=self._config.max_download_bytes
-        )
-        if kind == "image" and not Path(name).suffix:
-            name += mimetypes.guess_extension(download.content_type) or ""
-        return await asyncio.to_thread(_move_unique, partial, dest_dir, name)
+        try:
+            return await self._client.download_resource(
+                msg.message_id,
+                attachment.file_id,
+                kind if kind in ("image", "file") else "file",
+                dest,
+                max_bytes=max_bytes,
+            )
+        except FeishuApiError as exc:
+            raise AttachmentError(f"Feishu refused the download (code {exc.code})") from exc
 
     async def _post_markdown(self, msg: InboundMessage, markdown: str, key: str) -> None:
         if self._config.cards_enabled:
             try:
-                await self._send(msg, "interactive", render.answer_card(markdown), delivery_uuid(key, "card"))
+                await self._send(
+                    msg, "interactive", render.answer_card(markdown), delivery_uuid(key, "card")
+                )
                 return
             except FeishuApiError as exc:
                 log.warning("feishu: card reply failed, sending a post instead: %s", exc)
@@ -282,7 +311,9 @@ class FeishuResponder:
             return
         await self._send(msg, msg_type, content, key)
 
-    async def _send(self, msg: InboundMessage, msg_type: str, content: dict[str, Any], uuid_: str) -> str:
+    async def _send(
+        self, msg: InboundMessage, msg_type: str, content: dict[str, Any], uuid_: str
+    ) -> str:
         """Post one message where the conversation lives; returns its message_id."""
         if msg.reply_in_thread is not None or not msg.is_dm:
             return await self._client.reply_message(
@@ -294,19 +325,3 @@ class FeishuResponder:
                 uuid=uuid_,
             )
         return await self._client.send_message(msg.channel, msg_type, content, uuid=uuid_)
-
-
-def _safe_name(name: str) -> str:
-    """A file name without directories, control characters or a leading dot."""
-    base = re.sub(r"[\x00-\x1f/\\]", "_", name.replace("\\", "/").rsplit("/", 1)[-1]).lstrip(". ")
-    return base[:200] or "attachment"
-
-
-def _move_unique(source: Path, directory: Path, name: str) -> Path:
-    stem, suffix = Path(name).stem, Path(name).suffix
-    target, n = directory / name, 1
-    while target.exists():
-        n += 1
-        target = directory / f"{stem}-{n}{suffix}"
-    source.replace(target)
-    return target

@@ -1,4 +1,4 @@
-"""POST /feishu/events: verify, decrypt and parse Feishu event callbacks, then hand them to the inbox.
+"""POST /feishu/events: verify, decrypt and parse Feishu event callbacks; hand them to the inbox.
 
 Order of checks, each failing closed:
 1. The body is JSON (else 400).
@@ -26,7 +26,13 @@ from aiohttp import web
 from adapters.base import AcceptMessage
 from adapters.feishu import crypto
 from adapters.feishu.config import FeishuConfig
-from adapters.feishu.events import Ignored, MalformedEvent, parse_event, payload_token, url_verification
+from adapters.feishu.events import (
+    Ignored,
+    MalformedEvent,
+    parse_event,
+    payload_token,
+    url_verification,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +87,9 @@ def make_feishu_handler(
                         encrypt_key,
                         raw,
                     )
-                    crypto.check_timestamp(request.headers.get(TIMESTAMP_HEADER), config.timestamp_window_s)
+                    crypto.check_timestamp(
+                        request.headers.get(TIMESTAMP_HEADER), config.timestamp_window_s
+                    )
                 except crypto.FeishuCryptoError as exc:
                     raise _Rejected(401, str(exc)) from exc
         if token is not None:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.download import AttachmentError, download
 from adapters.slack.render import split_markdown
-from agent_core.messages import InboundMessage, OutboundReply
+from agent_core.messages import Attachment, InboundMessage, OutboundReply
 
 log = logging.getLogger(__name__)
 
 PROGRESS_REACTION = "eyes"
+SLACK_FILE_HOSTS = (".slack.com", ".slack-edge.com", ".slack-files.com")
 REPLY_EVENT_TYPE = "ba_agent_reply"
 
 
@@ -24,6 +28,7 @@ class SlackResponder:
 
     def __init__(self, client: AsyncWebClient) -> None:
         self._client = client
+        self._http: aiohttp.ClientSession | None = None
 
     async def show_progress(self, msg: InboundMessage) -> None:
         await self._best_effort(
@@ -73,6 +78,28 @@ class SlackResponder:
         await self._best_effort(
             "reactions.remove", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
         )
+
+    async def fetch_attachment(
+        self, msg: InboundMessage, attachment: Attachment, dest: Path, max_bytes: int
+    ) -> Path:
+        if not attachment.url:
+            raise AttachmentError(f"{attachment.name} has no download URL")
+        if attachment.size is not None and attachment.size > max_bytes:
+            raise AttachmentError(f"{attachment.name} is larger than the {max_bytes // 1024**2} MB limit")
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
+        return await download(
+            self._http,
+            attachment.url,
+            dest,
+            headers={"Authorization": f"Bearer {self._client.token}"},
+            max_bytes=max_bytes,
+            allowed_host_suffixes=SLACK_FILE_HOSTS,
+        )
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
 
     async def _posted_parts(self, msg: InboundMessage, delivery_id: str) -> set[int]:
         """Parts of this delivery already in the conversation (found by their message metadata)."""

@@ -23,9 +23,10 @@ Method (own design, in the family of Adtributor / HotSpot / Squeeze / RiskLoc)
    leaves outside the asserted root causes and the whole search runs once more.
 
 Ratio metrics (conversion rate, AOV) are localized twice: on the per-leaf *rate*
-(numerator/denominator) and on the per-leaf *share* of the denominator; each asserted element's
-contribution to the ratio change is split exactly into a rate and a mix effect (midpoint
-decomposition, which sums to the total change).
+(numerator/denominator) and on the per-leaf *volume* of the denominator against its typical
+growth (where the mix moved). Each asserted element's contribution to the ratio change is split
+into a rate effect (its own ratio changed) and a mix effect (denominator share moved between it
+and the rest), an exact midpoint decomposition of the element-versus-rest ratio.
 """
 
 from __future__ import annotations
@@ -79,21 +80,25 @@ class Period(BaseModel):
 class AttributionConfig(BaseModel):
     """Tuning knobs of the localization search (defaults tuned on the synthetic benchmark)."""
 
-    max_layer: int = Field(3, ge=1, le=6, description="deepest cuboid layer searched")
+    max_layer: int = Field(default=3, ge=1, le=6, description="deepest cuboid layer searched")
     element_penalty: float = Field(
-        2.0, ge=0, description="extra description cost (nats) per asserted element (beta)"
+        default=2.0, ge=0, description="extra description cost (nats) per asserted element (beta)"
     )
     ripple_jitter: float = Field(
-        0.2, gt=0, description="relative spread of the shift among a root cause's leaves"
+        default=0.2, gt=0, description="relative spread of the shift among a root cause's leaves"
     )
     min_shift: float = Field(
-        0.5, ge=0, description="smallest material mean shift, in units of leaf noise"
+        default=0.5, ge=0, description="smallest material mean shift, in units of leaf noise"
     )
     variance_prior: float = Field(
-        3.0, gt=0, description="pseudo-leaves of noise variance shrinking each element's spread"
+        default=3.0,
+        gt=0,
+        description="pseudo-leaves of noise variance shrinking each element's spread",
     )
-    max_rounds: int = Field(4, ge=1, description="rounds of the search on unexplained leaves")
-    max_candidates: int = Field(20, ge=1, description="length of the ranked candidate list")
+    max_rounds: int = Field(
+        default=4, ge=1, description="rounds of the search on unexplained leaves"
+    )
+    max_candidates: int = Field(default=20, ge=1, description="length of the ranked candidate list")
 
 
 class RootCause(BaseModel):
@@ -166,28 +171,34 @@ class _Hit:
 class _Cube:
     """Integer-coded leaves with cached per-cuboid element ids."""
 
+    _DENSE_LIMIT = 2_000_000  # largest cuboid numbered densely (mixed radix) rather than compacted
+
     def __init__(self, codes: np.ndarray, cards: list[int]) -> None:
         self.codes = codes
         self.cards = cards
-        self._cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self._cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray | None]] = {}
 
-    def cuboid(self, dims: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        """Per-leaf element id within cuboid ``dims`` and the value codes of each id."""
-        if dims in self._cache:
-            return self._cache[dims]
-        n = len(self.codes)
-        if not dims:
-            ids, values = np.zeros(n, dtype=np.int64), np.zeros((1, 0), dtype=np.int64)
-        else:
+    def cuboid(self, dims: tuple[int, ...]) -> np.ndarray:
+        """Per-leaf element id within cuboid ``dims``."""
+        if dims not in self._cache:
             sizes = [self.cards[d] for d in dims]
-            if math.prod(sizes) <= 20_000_000:
+            table: np.ndarray | None = None
+            if not dims:
+                ids = np.zeros(len(self.codes), dtype=np.int64)
+            elif math.prod(sizes) <= self._DENSE_LIMIT:
                 ids = np.ravel_multi_index(tuple(self.codes[:, d] for d in dims), sizes)
-                values = np.stack(np.unravel_index(np.arange(math.prod(sizes)), sizes), axis=1)
             else:  # sparse high-cardinality cuboid: number only the combinations present
-                values, ids = np.unique(self.codes[:, list(dims)], axis=0, return_inverse=True)
-                ids = ids.ravel()
-        self._cache[dims] = (ids.astype(np.int64), values)
-        return self._cache[dims]
+                table, ids = np.unique(self.codes[:, list(dims)], axis=0, return_inverse=True)
+            self._cache[dims] = (np.asarray(ids, dtype=np.int64).ravel(), table)
+        return self._cache[dims][0]
+
+    def values(self, dims: tuple[int, ...], element_id: int) -> tuple[int, ...]:
+        """Value codes (one per dimension of ``dims``) of an element id."""
+        table = self._cache[dims][1]
+        if table is not None:
+            return tuple(int(v) for v in table[element_id])
+        sizes = [self.cards[d] for d in dims]
+        return tuple(int(v) for v in np.unravel_index(element_id, sizes)) if dims else ()
 
 
 def _robust_scale(x: np.ndarray) -> float:
@@ -209,7 +220,7 @@ def _robust_scale(x: np.ndarray) -> float:
             scale = new
             break
         scale = new
-    if scale <= 0:  # more than half the leaves unchanged: use the mean absolute deviation
+    if scale <= 0:  # many leaves exactly unchanged: fall back to the mean absolute deviation
         scale = float(np.mean(a)) * 1.2533
     return scale
 
@@ -242,9 +253,9 @@ def _deviation_score(baseline: np.ndarray, actual: np.ndarray) -> np.ndarray:
 
 def _score_cuboid(
     cube: _Cube, dims: tuple[int, ...], z: np.ndarray, active: np.ndarray, cfg: AttributionConfig
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Net evidence of every non-empty element of a cuboid: (element ids, net score, counts)."""
-    ids, _ = cube.cuboid(dims)
+) -> tuple[np.ndarray, np.ndarray]:
+    """Net evidence (nats) of every non-empty element of a cuboid: (element ids, net score)."""
+    ids = cube.cuboid(dims)
     idx = ids[active]
     za = z[active]
     n = np.bincount(idx)
@@ -271,7 +282,7 @@ def _score_cuboid(
     null = np.maximum(spread, 1.0)
     gain = 0.5 * n * ((mean * mean + var) / null - var / spread + np.log(null / spread))
     penalty = math.log(len(present)) + 0.5 * np.log(n) + cfg.element_penalty
-    return present, gain - penalty, n
+    return present, gain - penalty
 
 
 def _search(
@@ -287,31 +298,32 @@ def _search(
     active = usable.copy()
     selected: list[_Hit] = []
     pool: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {}
-    for _round in range(cfg.max_rounds):
-        if active.sum() == 0:
+    for round_no in range(cfg.max_rounds):
+        if not active.any():
             break
         best: tuple[float, tuple[int, ...], np.ndarray, np.ndarray] | None = None
         for dims in cuboids:
-            present, net, _ = _score_cuboid(cube, dims, z, active, cfg)
+            present, net = _score_cuboid(cube, dims, z, active, cfg)
             pos = net > 0
             if not pos.any():
                 continue
-            _, values = cube.cuboid(dims)
-            if _round == 0:
-                for eid, s in zip(present[pos], net[pos]):
-                    pool[(dims, tuple(int(v) for v in values[eid]))] = float(s)
+            if round_no == 0:
+                for eid, score in zip(present[pos], net[pos], strict=True):
+                    pool[(dims, cube.values(dims, int(eid)))] = float(score)
             total = float(net[pos].sum())
             if best is None or total > best[0]:
                 best = (total, dims, present[pos], net[pos])
         if best is None:
             break
         _, dims, eids, nets = best
-        ids, values = cube.cuboid(dims)
-        for eid, s in sorted(zip(eids, nets), key=lambda t: -t[1]):
-            leaves = np.flatnonzero(active & (ids == eid))
-            selected.append(_Hit(dims, tuple(int(v) for v in values[eid]), leaves, float(s), True))
-        for hit in selected[-len(eids) :]:
+        ids = cube.cuboid(dims)
+        found = [
+            _Hit(dims, cube.values(dims, int(eid)), np.flatnonzero(active & (ids == eid)), s, True)
+            for eid, s in sorted(zip(eids, nets.tolist(), strict=True), key=lambda t: -t[1])
+        ]
+        for hit in found:
             active[hit.leaves] = False
+        selected.extend(found)
 
     chosen = {(h.dims, h.values) for h in selected}
     ranked = sorted(pool.items(), key=lambda kv: -kv[1])[: cfg.max_candidates]
@@ -324,7 +336,7 @@ def _search(
 
 def _element_leaves(cube: _Cube, dims: tuple[int, ...], values: tuple[int, ...]) -> np.ndarray:
     mask = np.ones(len(cube.codes), dtype=bool)
-    for d, v in zip(dims, values):
+    for d, v in zip(dims, values, strict=True):
         mask &= cube.codes[:, d] == v
     return np.flatnonzero(mask)
 
@@ -381,7 +393,7 @@ def _py(value: object) -> JsonScalar:
 def _element_dict(
     hit: _Hit, dimensions: list[str], uniques: list[np.ndarray]
 ) -> dict[str, JsonScalar]:
-    return {dimensions[d]: _py(uniques[d][v]) for d, v in zip(hit.dims, hit.values)}
+    return {dimensions[d]: _py(uniques[d][v]) for d, v in zip(hit.dims, hit.values, strict=True)}
 
 
 def _aggregate_leaves(df: pd.DataFrame, dimensions: list[str], columns: list[str]) -> pd.DataFrame:
@@ -394,7 +406,8 @@ def _aggregate_leaves(df: pd.DataFrame, dimensions: list[str], columns: list[str
     keyed = df[dimensions].astype(object).fillna("(missing)")
     values = df[columns].apply(pd.to_numeric, errors="coerce").fillna(0.0)
     frame = pd.concat([keyed, values], axis=1)
-    return frame.groupby(dimensions, sort=False, observed=True, dropna=False)[columns].sum().reset_index()
+    grouped = frame.groupby(dimensions, sort=False, observed=True, dropna=False)[columns]
+    return grouped.sum().reset_index()
 
 
 def attribute_change(
@@ -406,7 +419,7 @@ def attribute_change(
     numerator: tuple[str, str] | None = None,
     denominator: tuple[str, str] | None = None,
     config: AttributionConfig | None = None,
-    metric_name: str = "metric",
+    metric_name: str = "The metric",
 ) -> AttributionResult:
     """Localize the root causes of a metric's deviation from its baseline.
 
@@ -515,22 +528,31 @@ def _ratio_effects(
 ) -> tuple[float, float, float, float]:
     """Rate and mix effect of the leaf group ``idx`` on the overall ratio change.
 
-    With share w = D_e/D and rate r = N_e/D_e, R = sum w r, so the exact midpoint split is
-    dR_e = wbar * dr (rate) + dw * (rbar - Rbar) (mix); subtracting Rbar keeps the mix terms
-    summing to the mix of the whole (shares sum to one) and makes moving share towards an
-    above-average-rate segment a positive mix effect. A group absent in one period takes its
-    rate from the other period (a pure mix effect)."""
+    Seen as two groups, the element ``e`` (share w of the denominator, ratio r) and the rest
+    (ratio q): R = w r + (1 - w) q, so with midpoint values (bars) the change splits exactly as
+    dR = wbar * dr  [rate of e]  +  dw * (rbar - qbar)  [mix: share moved between e and the
+    rest]  +  (1 - wbar) * dq  [the rest's own rates]. Moving share towards a segment that
+    converts worse than the rest is a negative mix effect. A group absent in one period takes
+    its ratio from the other period (a pure mix effect). Returns (rate, mix, r0, r1)."""
     D0, D1 = float(d0.sum()), float(d1.sum())
-    R0 = float(n0.sum()) / D0 if D0 else 0.0
-    R1 = float(n1.sum()) / D1 if D1 else 0.0
     ne0, de0, ne1, de1 = (float(a[idx].sum()) for a in (n0, d0, n1, d1))
+    qn0, qd0 = float(n0.sum()) - ne0, D0 - de0
+    qn1, qd1 = float(n1.sum()) - ne1, D1 - de1
     r0 = ne0 / de0 if de0 else (ne1 / de1 if de1 else 0.0)
     r1 = ne1 / de1 if de1 else r0
+    q0 = qn0 / qd0 if qd0 else (qn1 / qd1 if qd1 else 0.0)
+    q1 = qn1 / qd1 if qd1 else q0
     w0 = de0 / D0 if D0 else 0.0
     w1 = de1 / D1 if D1 else 0.0
     rate = 0.5 * (w0 + w1) * (r1 - r0)
-    mix = (w1 - w0) * (0.5 * (r0 + r1) - 0.5 * (R0 + R1))
+    mix = (w1 - w0) * (0.5 * (r0 + r1) - 0.5 * (q0 + q1))
     return rate, mix, r0, r1
+
+
+def _weighted_median(x: np.ndarray, w: np.ndarray) -> float:
+    order = np.argsort(x)
+    cum = np.cumsum(w[order])
+    return float(x[order][np.searchsorted(cum, 0.5 * cum[-1])])
 
 
 def _attribute_ratio(
@@ -556,7 +578,12 @@ def _attribute_ratio(
     both = (d0 > 0) & (d1 > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         rate_ds = _deviation_score(np.where(both, n0 / d0, 0.0), np.where(both, n1 / d1, 0.0))
-    mix_ds = _deviation_score(d0 / D0, d1 / D1)
+    # Mix: a leaf's volume against the typical growth of all leaves (the weighted median of
+    # per-leaf growth). Comparing shares instead would make every other leaf look shifted
+    # when one segment grows, since shares sum to one.
+    grows = d0 > 0
+    growth = _weighted_median(d1[grows] / d0[grows], d0[grows]) if grows.any() else D1 / D0
+    mix_ds = _deviation_score(growth * d0, d1)
     found: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[_Hit, set[str]]] = {}
     ranked: list[tuple[_Hit, str]] = []
     if len(leaves) >= 3:
@@ -658,7 +685,9 @@ def attribute_change_between_periods(
     ``normalize_period_length`` is False; ratios need no rescaling.
     """
     if (metric_column is None) == (numerator_column is None or denominator_column is None):
-        raise ValueError("give either metric_column or both numerator_column and denominator_column")
+        raise ValueError(
+            "give either metric_column or both numerator_column and denominator_column"
+        )
     times = pd.to_datetime(df[time_column])
     if getattr(times.dt, "tz", None) is not None:
         times = times.dt.tz_localize(None)
@@ -676,7 +705,7 @@ def attribute_change_between_periods(
     comp = _aggregate_leaves(df.loc[comp_mask], dimensions, cols)
     keyed_base = base.set_index(dimensions)
     keyed_comp = comp.set_index(dimensions)
-    merged = keyed_base.join(keyed_comp, how="outer", lsuffix="__base", rsuffix="__comp")
+    merged = keyed_base.add_suffix("__base").join(keyed_comp.add_suffix("__comp"), how="outer")
     merged = merged.fillna(0.0).reset_index()
     notes = [
         f"baseline {baseline_period.start}..{baseline_period.end}, "
@@ -723,9 +752,7 @@ def _fmt_num(x: float) -> str:
     return f"{x:,.4g}" if abs(x) < 1000 else f"{x:,.0f}"
 
 
-def _explain_additive(
-    metric: str, total_f: float, total_v: float, causes: list[RootCause]
-) -> str:
+def _explain_additive(metric: str, total_f: float, total_v: float, causes: list[RootCause]) -> str:
     change = total_v - total_f
     rel = f" ({change / total_f:+.1%})" if total_f else ""
     head = f"{metric} moved from {_fmt_num(total_f)} to {_fmt_num(total_v)}{rel}."
@@ -740,8 +767,8 @@ def _explain_additive(
         )
     explained = sum(rc.share for rc in causes)
     noun = "root cause" if len(causes) == 1 else "root causes"
-    return (
-        f"{head} {len(causes)} {noun} explain {explained:.0%} of the change: " + "; ".join(parts) + "."
+    return f"{head} {len(causes)} {noun} explain {explained:.0%} of the change: " + (
+        "; ".join(parts) + "."
     )
 
 

@@ -62,7 +62,9 @@ def _leaf_codes(rng: np.random.Generator, cards: list[int], n_target: int) -> np
     probs = [rng.dirichlet(np.full(c, 0.8)) for c in cards]
     keys = np.empty(0, dtype=np.int64)
     for _ in range(20):  # popular combinations repeat, so a few batches may be needed
-        draw = np.stack([rng.choice(c, size=n_target, p=p) for c, p in zip(cards, probs)])
+        draw = np.stack(
+            [rng.choice(c, size=n_target, p=p) for c, p in zip(cards, probs, strict=True)]
+        )
         keys = np.unique(np.concatenate([keys, np.ravel_multi_index(tuple(draw), cards)]))
         if len(keys) >= n_target:
             break
@@ -159,7 +161,7 @@ def make_root_cause_case(
         per_leaf = size * (1.0 + rng.normal(0.0, 0.1, len(idx)))
         real[idx] = base[idx] * np.clip(1.0 + sign * per_leaf, 0.02, None)
         magnitudes.append(float(sign * size))
-        root_causes.append({names[d]: f"{names[d]}{v + 1}" for d, v in zip(dims, key)})
+        root_causes.append({names[d]: f"{names[d]}{v + 1}" for d, v in zip(dims, key, strict=True)})
 
     leaves = pd.DataFrame(
         {names[d]: pd.Series([f"{names[d]}{v + 1}" for v in codes[:, d]]) for d in range(n_dims)}
@@ -230,7 +232,7 @@ class LabelledSeries:
 
 def _place_windows(
     rng: np.random.Generator, n: int, lengths: list[int], margin: int, gap: int, blocked: set[int]
-) -> list[tuple[int, int]]:
+) -> list[tuple[int, int] | None]:
     """Place non-overlapping windows at random positions, away from edges and blocked points.
 
     Returns one entry per requested length, in order (None where no room was found)."""
@@ -259,12 +261,12 @@ def make_daily_kpi_series(
     """A daily GMV-like KPI: level ~10k, linear trend, weekly seasonality (weekend dip),
     multiplicative Gaussian noise, optional holidays (labelled normal, returned in
     ``holidays``) and ``n_anomalies`` (0-4; random 2-4 if None) injected events: one-day spikes
-    and drops of 25-60 %, and level shifts of 20-40 % lasting 3-7 days."""
+    and drops of 15-60 %, and level shifts of 12-40 % lasting 3-7 days."""
     rng = np.random.default_rng(seed)
     idx = pd.date_range(start, periods=n_days, freq="D")
     t = np.arange(n_days)
     weekly = np.array([1.0, 1.02, 1.03, 1.05, 1.1, 0.82, 0.78])  # Mon..Sun
-    weekly = np.roll(weekly, -idx[0].dayofweek)
+    weekly = np.roll(weekly, -idx[0].day_of_week)
     level = 10_000 * (1 + rng.uniform(-0.002, 0.004) * t)
     expected = level * np.tile(weekly, n_days // 7 + 1)[:n_days]
     value = expected * (1 + rng.normal(0, noise, n_days))
@@ -280,18 +282,18 @@ def make_daily_kpi_series(
     lengths = [1 if kd in ("spike", "drop") else int(rng.integers(3, 8)) for kd in kinds]
     spots = _place_windows(rng, n_days, lengths, margin=14, gap=7, blocked=set(holidays))
     windows: list[TrueWindow] = []
-    for spot, kind in zip(spots, kinds):
+    for spot, kind in zip(spots, kinds, strict=True):
         if spot is None:
             continue
         s, e = spot
         if kind == "level_shift":
             sign = rng.choice([-1.0, 1.0])
-            value[s : e + 1] *= 1 + sign * rng.uniform(0.2, 0.4)
+            value[s : e + 1] *= 1 + sign * rng.uniform(0.12, 0.4)
             kind = "level_shift_up" if sign > 0 else "level_shift_down"
         elif kind == "spike":
-            value[s : e + 1] *= 1 + rng.uniform(0.25, 0.6)
+            value[s : e + 1] *= 1 + rng.uniform(0.15, 0.6)
         else:
-            value[s : e + 1] *= 1 - rng.uniform(0.25, 0.6)
+            value[s : e + 1] *= 1 - rng.uniform(0.15, 0.6)
         windows.append(TrueWindow(idx[s], idx[e], kind))
     frame = pd.DataFrame({"timestamp": idx, "value": value})
     windows.sort(key=lambda w: w.start)
@@ -311,8 +313,10 @@ def make_minute_series(
     n = n_days * 1440
     idx = pd.date_range(start, periods=n, freq="min")
     minute = np.arange(n) % 1440
-    cycle = 1 + 0.6 * np.sin(2 * np.pi * (minute - 480) / 1440) + 0.15 * np.sin(
-        4 * np.pi * minute / 1440
+    cycle = (
+        1
+        + 0.6 * np.sin(2 * np.pi * (minute - 480) / 1440)
+        + 0.15 * np.sin(4 * np.pi * minute / 1440)
     )
     expected = rng.uniform(150, 400) * cycle
     value = rng.normal(expected, np.sqrt(expected))

@@ -33,6 +33,7 @@ class ThreadRow(SQLModel, table=True):
     channel: str = Field(max_length=128)
     root: str = Field(max_length=128)
     dm_owner: str | None = Field(default=None, max_length=128)
+    state: str = Field(default="{}", sa_column=Column(Text, nullable=False, server_default="{}"))
     created_at: datetime = Field(default_factory=utcnow, sa_column=utc_column())
     updated_at: datetime = Field(default_factory=utcnow, sa_column=utc_column())
     archived_at: datetime | None = Field(default=None, sa_column=utc_column(nullable=True))
@@ -52,3 +53,24 @@ class MessageRow(SQLModel, table=True):
     schema_version: int
     event_key: str | None = Field(default=None, index=True, max_length=512)
     created_at: datetime = Field(sa_column=utc_column())
+
+
+class CallRecordRow(SQLModel, table=True):
+    """One model call or tool call, for metrics (`ba-agent stats`, `/metrics`)."""
+
+    __tablename__ = "call_records"
+
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=64)
+    thread_id: str = Field(index=True, max_length=64)
+    kind: str = Field(max_length=8)  # "model" or "tool"
+    name: str = Field(index=True, max_length=128)  # the tool, or the model
+    started_at: datetime = Field(default_factory=utcnow, sa_column=utc_column(index=True))
+    duration_ms: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    success: bool = True
+    error_type: str | None = Field(default=None, max_length=32)
+    retries: int = 0
+    output_level: str | None = Field(default=None, max_length=16)

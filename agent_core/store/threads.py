@@ -27,6 +27,7 @@ from agent_core.messages import (
     ThreadKey,
     utcnow,
 )
+from agent_core.state import ThreadState
 from agent_core.store.tables import MessageRow, ThreadRow
 
 _BLOCKS = TypeAdapter(list[ContentBlock])
@@ -99,6 +100,19 @@ class ThreadStore:
                 update(ThreadRow)
                 .where(ThreadRow.key == str(key), ThreadRow.archived_at.is_(None))
                 .values(archived_at=utcnow())
+            )
+            await session.commit()
+
+    async def load_state(self, thread_id: str) -> ThreadState:
+        """The conversation's working state (active skills, todos)."""
+        async with self._sessions() as session:
+            raw = (await session.exec(select(ThreadRow.state).where(ThreadRow.id == thread_id))).one()
+        return ThreadState.model_validate_json(raw or "{}")
+
+    async def save_state(self, thread_id: str, state: ThreadState) -> None:
+        async with self._sessions() as session:
+            await session.exec(
+                update(ThreadRow).where(ThreadRow.id == thread_id).values(state=state.model_dump_json())
             )
             await session.commit()
 

@@ -1,42 +1,92 @@
 """The tool protocol: one declaration per tool (a pydantic input model), one result shape.
 
-Tools return raw data; the registry validates input, runs the tool under its timeout and turns
-the outcome into a `ToolResult` whose `observation` is all the model ever sees of it.
+Tools return raw data and never format it. The registry is the pipeline around them:
+
+1. check the input -- size cap, the ``output_level`` argument every tool accepts, then the
+   tool's pydantic input model;
+2. ask the tool's circuit breaker whether it may run at all;
+3. run it under its timeout, retrying idempotent tools by their `RetryPolicy`;
+4. decide the output level (levels.py), shape and format the data (formatting.py), and write
+   large or FULL data to the conversation's ``/data`` area (storage.py);
+5. return a `ToolResult`: the observation -- all the model ever sees -- plus engineering data.
+
+Failures of any kind become the one standard error observation; `execute` never raises for
+them. `execute_many` runs one model turn's calls, concurrency-safe ones in parallel.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_core.messages import OutboundFile, ToolUseBlock
+from agent_core.state import ThreadState
+from agent_core.tools import formatting
+from agent_core.tools.formatting import (
+    ErrorType,
+    FormatSettings,
+    Serialized,
+    Shape,
+    compose_observation,
+    estimate_tokens,
+    head_tail_preview,
+    human_size,
+    render,
+    serialize,
+    shape_of,
+)
+from agent_core.tools.levels import (
+    OUTPUT_LEVEL_FIELD,
+    LevelSource,
+    OutputLevel,
+    decide_output_level,
+    output_level_schema,
+    parse_output_level,
+)
+from agent_core.tools.policy import CircuitBreaker, RetryPolicy
+from agent_core.tools.storage import DataFileStore, StoredFile
+from agent_core.workspace.backend import WorkspaceError
 
+log = logging.getLogger(__name__)
 
-class ErrorType(StrEnum):
-    PERMISSION_DENIED = "permission_denied"
-    TIMEOUT = "timeout"
-    INVALID_PARAMETERS = "invalid_parameters"
-    EXECUTION_ERROR = "execution_error"
-    RESOURCE_ERROR = "resource_error"
+# Failures that say the tool (or what it depends on) is unwell, as opposed to the model having
+# asked for something wrong; only these count towards opening the circuit breaker.
+_HEALTH_FAILURES = frozenset({ErrorType.TIMEOUT, ErrorType.RESOURCE_ERROR})
+_CRASHED = "TOOL_CRASHED"
 
 
 class ToolError(Exception):
-    """A failure the model should hear about (and may correct), not a crash."""
+    """A failure the model should hear about (and may correct), not a crash.
+
+    ``code`` is a stable machine-readable name (default: the error type in capitals);
+    ``retry_after_s`` tells the model when trying again makes sense.
+    """
 
     error_type: ErrorType = ErrorType.EXECUTION_ERROR
 
-    def __init__(self, message: str, error_type: ErrorType | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        error_type: ErrorType | None = None,
+        *,
+        code: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
         super().__init__(message)
         if error_type is not None:
             self.error_type = error_type
+        self.code = code or self.error_type.value.upper()
+        self.retry_after_s = retry_after_s
 
 
 @dataclass
@@ -48,6 +98,11 @@ class ToolContext:
     channel: str = ""
     user: str = ""
     is_dm: bool = False
+    # How full the model's context window was at the last model call (0..1), from its reported
+    # usage; over the pressure threshold every result is shown BRIEF.
+    context_fill: float = 0.0
+    # The conversation's working state (skills, todos); the loop loads it for each turn.
+    state: ThreadState = field(default_factory=ThreadState)
     # Files a tool made for the user (charts, reports): posted beside the turn's answer.
     produced_files: list[OutboundFile] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
@@ -58,73 +113,104 @@ class ToolResult(BaseModel):
 
     tool_use_id: str
     tool_name: str
-    observation: str
+    observation: str  # the only part the model sees
     is_error: bool = False
+    # Engineering data, never shown to the model:
     error_type: ErrorType | None = None
+    error_code: str | None = None
     duration_ms: float = 0.0
     retries: int = 0
-    output_level: str | None = None
-    data_file: str | None = None
-    size_bytes: int = 0
+    output_level: OutputLevel | None = None
+    level_source: LevelSource | None = None
+    data_file: str | None = None  # virtual path (/data/<name>) of the stored complete data
+    size_bytes: int = 0  # size of the complete data, serialized
+    data_hash: str | None = None  # SHA-256 of the stored data
+    evicted: bool = False  # the observation was replaced by a head+tail preview
 
 
 class Tool(ABC):
-    """A tool: a name, a description for the model, an input model, and `run`."""
+    """A tool: a name, a description for the model, an input model, and `run`.
+
+    Class-level declarations the pipeline acts on:
+    ``timeout_s`` per attempt; ``default_output_level`` (None: the global default);
+    ``idempotent`` -- running it twice is harmless, so failures are retried by ``retry``;
+    ``concurrency_safe`` -- it may run alongside other calls of the same model turn.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
     Input: ClassVar[type[BaseModel]]
     timeout_s: ClassVar[float] = 60.0
+    default_output_level: ClassVar[OutputLevel | None] = None
+    idempotent: ClassVar[bool] = False
+    concurrency_safe: ClassVar[bool] = False
+    retry: ClassVar[RetryPolicy] = RetryPolicy()
 
     @abstractmethod
     async def run(self, args: BaseModel, ctx: ToolContext) -> Any:
-        """Do the work and return raw data (str, pydantic model, or JSON-able value)."""
+        """Do the work and return raw data (str, pydantic model, table, JSON-able value)."""
 
-    def spec(self) -> dict[str, Any]:
-        """The tool as declared to the Messages API."""
-        return {
-            "name": self.name,
-            "description": self.description,
-            "input_schema": self.Input.model_json_schema(),
-        }
-
-
-def render_raw(data: Any) -> str:
-    """Plain rendering of raw tool data into an observation string."""
-    if isinstance(data, str):
-        return data
-    if isinstance(data, BaseModel):
-        return data.model_dump_json(indent=1)
-    return json.dumps(data, ensure_ascii=False, default=str, indent=1)
+    def spec(self, global_default: OutputLevel = OutputLevel.STANDARD) -> dict[str, Any]:
+        """The tool as declared to the Messages API, with the ``output_level`` argument added."""
+        schema = self.Input.model_json_schema()
+        schema.setdefault("properties", {})[OUTPUT_LEVEL_FIELD] = output_level_schema(
+            self.default_output_level, global_default
+        )
+        return {"name": self.name, "description": self.description, "input_schema": schema}
 
 
-def error_observation(call: ToolUseBlock, error_type: ErrorType, message: str) -> str:
-    """The one standard error observation every failed tool call produces."""
-    return json.dumps(
-        {
-            "error": {
-                "type": error_type.value,
-                "message": message,
-                "tool": call.name,
-                "tool_use_id": call.id,
-            }
-        },
-        ensure_ascii=False,
-    )
+class ToolPipelineConfig(BaseModel):
+    """Global knobs of the tool pipeline."""
+
+    model_config = ConfigDict(frozen=True)
+
+    default_output_level: OutputLevel = OutputLevel.STANDARD
+    context_pressure: float = Field(0.8, gt=0, le=1)  # above this fill, results are BRIEF
+    max_input_bytes: int = Field(256 * 1024, ge=1)  # larger call inputs are refused
+    file_threshold_bytes: int = Field(1024 * 1024, ge=1)  # larger data goes to a file at any level
+    full_inline_tokens: int = Field(10_000, ge=1)  # FULL shows data inline up to this size
+    evict_tokens: int = Field(20_000, ge=100)  # larger observations become head+tail previews
+    preview_head_tokens: int = Field(2_000, ge=10)
+    preview_tail_tokens: int = Field(500, ge=0)
+    max_data_file_bytes: int = Field(50 * 1024 * 1024, ge=1)
+    breaker_failures: int = Field(5, ge=1)  # consecutive failed calls that open the breaker
+    breaker_cooldown_s: float = Field(30.0, ge=0)
+    format: FormatSettings = FormatSettings()
+
+
+class _CallFailed(Exception):
+    def __init__(self, error: ToolError, retries: int) -> None:
+        self.error = error
+        self.retries = retries
 
 
 class ToolRegistry:
     """The tools available to a conversation, declared once, executed safely."""
 
-    def __init__(self, tools: list[Tool] | None = None) -> None:
+    def __init__(
+        self,
+        tools: list[Tool] | None = None,
+        config: ToolPipelineConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config or ToolPipelineConfig()
+        self._clock = clock
         self._tools: dict[str, Tool] = {}
+        self._breakers: dict[str, CircuitBreaker] = {}
+        self._files = DataFileStore(self.config.max_data_file_bytes)
         for tool in tools or []:
             self.register(tool)
 
     def register(self, tool: Tool) -> None:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} registered twice")
+        if OUTPUT_LEVEL_FIELD in tool.Input.model_fields:
+            raise ValueError(f"tool {tool.name!r}: {OUTPUT_LEVEL_FIELD!r} is reserved for the pipeline")
         self._tools[tool.name] = tool
+        self._breakers[tool.name] = CircuitBreaker(
+            self.config.breaker_failures, self.config.breaker_cooldown_s, self._clock
+        )
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -134,45 +220,261 @@ class ToolRegistry:
         return list(self._tools)
 
     def specs(self) -> list[dict[str, Any]]:
-        return [tool.spec() for tool in self._tools.values()]
+        return [tool.spec(self.config.default_output_level) for tool in self._tools.values()]
+
+    async def execute_many(self, calls: list[ToolUseBlock], ctx: ToolContext) -> list[ToolResult]:
+        """Run one model turn's tool calls; results come back in the order of ``calls``.
+
+        Consecutive calls of concurrency-safe tools run together; any other call runs alone,
+        after everything before it and before everything after it.
+        """
+        results: list[ToolResult] = []
+        for group in self._groups(calls):
+            if len(group) == 1:
+                results.append(await self.execute(group[0], ctx))
+            else:
+                results.extend(await asyncio.gather(*(self.execute(call, ctx) for call in group)))
+        return results
+
+    def _groups(self, calls: list[ToolUseBlock]) -> list[list[ToolUseBlock]]:
+        groups: list[list[ToolUseBlock]] = []
+        previous_safe = False
+        for call in calls:
+            tool = self._tools.get(call.name)
+            safe = tool is not None and tool.concurrency_safe
+            if safe and previous_safe:
+                groups[-1].append(call)
+            else:
+                groups.append([call])
+            previous_safe = safe
+        return groups
 
     async def execute(self, call: ToolUseBlock, ctx: ToolContext) -> ToolResult:
         """Run one tool call. Never raises for tool failures: they become error results."""
         started = time.perf_counter()
-
-        def failed(error_type: ErrorType, message: str) -> ToolResult:
-            return ToolResult(
-                tool_use_id=call.id,
-                tool_name=call.name,
-                observation=error_observation(call, error_type, message),
-                is_error=True,
-                error_type=error_type,
-                duration_ms=(time.perf_counter() - started) * 1000,
-            )
-
         tool = self._tools.get(call.name)
         if tool is None:
-            return failed(ErrorType.INVALID_PARAMETERS, f"unknown tool {call.name!r}")
-        try:
-            args = tool.Input.model_validate(call.input)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'input'}: {err['msg']}" for err in exc.errors()
+            known = ", ".join(self._tools) or "none"
+            error = ToolError(
+                f"unknown tool {call.name!r}; available tools: {known}",
+                ErrorType.INVALID_PARAMETERS,
+                code="UNKNOWN_TOOL",
             )
-            return failed(ErrorType.INVALID_PARAMETERS, problems)
+            return _failure(call, error, started)
         try:
-            raw = await asyncio.wait_for(tool.run(args, ctx), timeout=tool.timeout_s)
-        except TimeoutError:
-            return failed(ErrorType.TIMEOUT, f"{call.name} did not finish within {tool.timeout_s:g}s")
-        except ToolError as exc:
-            return failed(exc.error_type, str(exc))
-        except Exception as exc:  # a tool bug must not end the conversation
-            return failed(ErrorType.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}")
-        observation = render_raw(raw)
-        return ToolResult(
+            args, requested_level = self._parse_input(tool, call)
+        except ToolError as error:
+            return _failure(call, error, started)
+
+        breaker = self._breakers[tool.name]
+        admission = breaker.acquire()
+        if not admission.allowed:
+            wait = max(math.ceil(admission.retry_after_s or 0.0), 1)
+            error = ToolError(
+                f"{tool.name} is temporarily disabled after repeated failures. Try it again in "
+                f"{wait} s, or continue without it.",
+                ErrorType.RESOURCE_ERROR,
+                code="TOOL_DISABLED",
+                retry_after_s=wait,
+            )
+            return _failure(call, error, started)
+        healthy: bool | None = None  # None if we are cancelled: the call proves nothing
+        try:
+            raw, retries = await self._run_with_retries(tool, args, ctx)
+            healthy = True
+        except _CallFailed as failed:
+            error = failed.error
+            healthy = error.error_type not in _HEALTH_FAILURES and error.code != _CRASHED
+            return _failure(call, error, started, failed.retries)
+        finally:
+            breaker.record(admission, healthy)
+
+        try:
+            return await self._present(call, tool, raw, ctx, requested_level, started, retries)
+        except Exception as exc:  # a formatting bug must not end the conversation
+            log.exception("tool %s: result of %s could not be presented", tool.name, call.id)
+            error = ToolError(
+                f"the result could not be read ({type(exc).__name__})", code="UNREADABLE_RESULT"
+            )
+            return _failure(call, error, started, retries)
+
+    def _parse_input(self, tool: Tool, call: ToolUseBlock) -> tuple[BaseModel, OutputLevel | None]:
+        size = len(json.dumps(call.input, ensure_ascii=False, default=str).encode())
+        if size > self.config.max_input_bytes:
+            raise ToolError(
+                f"the input is {human_size(size)}; at most {human_size(self.config.max_input_bytes)} "
+                "is accepted. Pass less data, e.g. refer to a table or file instead of inlining it.",
+                ErrorType.INVALID_PARAMETERS,
+                code="INPUT_TOO_LARGE",
+            )
+        fields = dict(call.input)
+        try:
+            requested = parse_output_level(fields.pop(OUTPUT_LEVEL_FIELD, None))
+        except ValueError as exc:
+            raise ToolError(
+                f"{OUTPUT_LEVEL_FIELD}: {exc}", ErrorType.INVALID_PARAMETERS, code="INVALID_INPUT"
+            ) from None
+        try:
+            return tool.Input.model_validate(fields), requested
+        except ValidationError as exc:
+            raise ToolError(
+                _validation_message(exc), ErrorType.INVALID_PARAMETERS, code="INVALID_INPUT"
+            ) from None
+
+    async def _run_with_retries(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> tuple[Any, int]:
+        """The tool's raw data and the retries it took; raises `_CallFailed`."""
+        policy = tool.retry
+        retries = 0
+        while True:
+            timeout = policy.timeout_s(tool.timeout_s, retries)
+            try:
+                return await asyncio.wait_for(tool.run(args, ctx), timeout), retries
+            except TimeoutError:
+                error = ToolError(f"{tool.name} did not finish within {timeout:g} s", ErrorType.TIMEOUT)
+            except ToolError as exc:
+                error = exc
+            except Exception as exc:  # a tool bug must not end the conversation
+                log.exception("tool %s crashed", tool.name)
+                error = ToolError(f"{type(exc).__name__}: {exc}", code=_CRASHED)
+            if not (tool.idempotent and policy.should_retry(error.error_type, retries)):
+                raise _CallFailed(error, retries)
+            retries += 1
+            delay = policy.delay_s(retries)
+            log.info("tool %s: %s; retry %d in %.2f s", tool.name, error.code, retries, delay)
+            await asyncio.sleep(delay)
+
+    async def _present(
+        self,
+        call: ToolUseBlock,
+        tool: Tool,
+        raw: Any,
+        ctx: ToolContext,
+        requested: OutputLevel | None,
+        started: float,
+        retries: int,
+    ) -> ToolResult:
+        """Format raw data for the decided level, storing it to a file where it must be."""
+        config = self.config
+        decision = decide_output_level(
+            requested,
+            tool.default_output_level,
+            config.default_output_level,
+            ctx.context_fill,
+            config.context_pressure,
+        )
+        # Shaping and serializing touch every value: off the event loop for large results.
+        shape, data = await asyncio.to_thread(_prepare, raw)
+        large = len(data.content) > config.file_threshold_bytes
+        forced_brief = decision.source is LevelSource.CONTEXT
+        notes: list[str] = []
+        if forced_brief:
+            notes.append(f"(Shown briefly: the conversation's context is {ctx.context_fill:.0%} full.)")
+        full_inline = not large and estimate_tokens(data.text) <= config.full_inline_tokens
+        rendered = render(shape, decision.level, config.format, full_inline=full_inline)
+        stored: StoredFile | None = None
+        # Under context pressure the data is saved too, so what BRIEF leaves out is not lost.
+        if decision.level is OutputLevel.FULL or large or (forced_brief and not rendered.complete):
+            stored = await self._store(ctx, data, notes)
+            if stored is None and rendered.summary:  # no file to point to: show it all instead
+                rendered = render(shape, decision.level, config.format)
+        observation = compose_observation(rendered, stored=stored, notes=notes)
+        evicted = estimate_tokens(observation) > config.evict_tokens
+        if evicted:
+            if stored is None:
+                stored = await self._store(ctx, data, [])
+            observation = head_tail_preview(
+                observation,
+                head_tokens=config.preview_head_tokens,
+                tail_tokens=config.preview_tail_tokens,
+                stored=stored,
+            )
+        result = ToolResult(
             tool_use_id=call.id,
             tool_name=call.name,
             observation=observation,
             duration_ms=(time.perf_counter() - started) * 1000,
-            size_bytes=len(observation.encode()),
+            retries=retries,
+            output_level=decision.level,
+            level_source=decision.source,
+            data_file=stored.path if stored else None,
+            size_bytes=len(data.content),
+            data_hash=stored.sha256 if stored else None,
+            evicted=evicted,
         )
+        log.info(
+            "tool %s ok in %.0f ms: level=%s (%s) size=%d file=%s retries=%d evicted=%s",
+            call.name,
+            result.duration_ms,
+            decision.level,
+            decision.source,
+            result.size_bytes,
+            result.data_file,
+            retries,
+            evicted,
+        )
+        return result
+
+    async def _store(self, ctx: ToolContext, data: Serialized, notes: list[str]) -> StoredFile | None:
+        """Write the data file; on failure say so in ``notes`` and return None."""
+        try:
+            return await self._files.save(ctx.data_dir, ctx.thread_id, data.content, data.extension)
+        except (WorkspaceError, OSError) as exc:
+            log.warning("data file for thread %s not written: %s", ctx.thread_id, exc)
+            reason = str(exc) if isinstance(exc, WorkspaceError) else "storage error"
+            notes.append(f"The complete data could not be saved to a file ({reason}).")
+            return None
+
+
+def _prepare(raw: Any) -> tuple[Shape, Serialized]:
+    shape = shape_of(raw)
+    return shape, serialize(shape)
+
+
+def error_observation(
+    call: ToolUseBlock,
+    error_type: ErrorType,
+    message: str,
+    *,
+    code: str | None = None,
+    retry_after_s: float | None = None,
+) -> str:
+    """The standard error observation for ``call`` (for hooks that refuse a call themselves)."""
+    return formatting.error_observation(
+        error_type=error_type,
+        code=code or error_type.value.upper(),
+        message=message,
+        tool=call.name,
+        tool_use_id=call.id,
+        retry_after_s=retry_after_s,
+    )
+
+
+def _failure(call: ToolUseBlock, error: ToolError, started: float, retries: int = 0) -> ToolResult:
+    message = str(error)
+    if retries:
+        message += f" (tried {retries + 1} times)"
+    log.info("tool %s failed: %s %s: %s", call.name, error.error_type, error.code, message)
+    return ToolResult(
+        tool_use_id=call.id,
+        tool_name=call.name,
+        observation=error_observation(
+            call, error.error_type, message, code=error.code, retry_after_s=error.retry_after_s
+        ),
+        is_error=True,
+        error_type=error.error_type,
+        error_code=error.code,
+        duration_ms=(time.perf_counter() - started) * 1000,
+        retries=retries,
+    )
+
+
+def _validation_message(exc: ValidationError) -> str:
+    """Pydantic's errors as ``field: reason (got value)``, one per problem."""
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(part) for part in err["loc"]) or "input"
+        problem = f"{where}: {err['msg']}"
+        if err["type"] != "missing" and err["loc"]:
+            problem += f" (got {err['input']!r:.60})"
+        problems.append(problem)
+    return "; ".join(problems)

@@ -59,7 +59,9 @@ class FakeCard:
     card: dict[str, Any]
     streaming: bool
     sequences: list[int] = field(default_factory=list)
-    element_updates: list[tuple[str, str, int]] = field(default_factory=list)  # (element, text, seq)
+    element_updates: list[tuple[str, str, int]] = field(
+        default_factory=list
+    )  # (element, text, seq)
     settings: list[dict[str, Any]] = field(default_factory=list)
     updates: list[dict[str, Any]] = field(default_factory=list)  # full card replacements
 
@@ -77,7 +79,11 @@ class FakeFeishu:
     """A fake Feishu Open API; use as a context manager or start()/stop()."""
 
     def __init__(
-        self, *, app_secret: str = "fake-secret", bot_open_id: str = "ou_bot", ping_interval_s: int = 1
+        self,
+        *,
+        app_secret: str = "fake-secret",
+        bot_open_id: str = "ou_bot",
+        ping_interval_s: int = 1,
     ) -> None:
         # A unique app id per fake: lark-oapi caches tenant tokens process-wide by app id.
         self.app_id = f"cli_{uuid.uuid4().hex[:12]}"
@@ -114,7 +120,9 @@ class FakeFeishu:
 
     def start(self) -> FakeFeishu:
         ready = threading.Event()
-        self._thread = threading.Thread(target=self._serve, args=(ready,), name="fake-feishu", daemon=True)
+        self._thread = threading.Thread(
+            target=self._serve, args=(ready,), name="fake-feishu", daemon=True
+        )
         self._thread.start()
         if not ready.wait(10):
             raise RuntimeError("FakeFeishu did not start")
@@ -167,7 +175,9 @@ class FakeFeishu:
     ) -> None:
         """Make the next `times` calls of `route` (e.g. "card.create") answer with `code`."""
         with self._lock:
-            self._failures.setdefault(route, []).append(_Failure(code, msg, status, headers or {}, times))
+            self._failures.setdefault(route, []).append(
+                _Failure(code, msg, status, headers or {}, times)
+            )
 
     def revoke_tokens(self) -> None:
         """Invalidate every issued tenant token (as if it expired early)."""
@@ -175,8 +185,14 @@ class FakeFeishu:
             self._tokens.clear()
 
     def add_resource(
-        self, message_id: str, file_key: str, data: bytes, *, kind: str = "file",
-        content_type: str = "application/octet-stream", filename: str = "file.bin",
+        self,
+        message_id: str,
+        file_key: str,
+        data: bytes,
+        *,
+        kind: str = "file",
+        content_type: str = "application/octet-stream",
+        filename: str = "file.bin",
     ) -> None:
         """Serve `data` at im/v1/messages/{message_id}/resources/{file_key}?type={kind}."""
         self.resources[(message_id, file_key)] = (kind, data, content_type, filename)
@@ -188,8 +204,11 @@ class FakeFeishu:
     def ws_push_event(self, payload: dict[str, Any]) -> str:
         """Deliver an event over the current websocket; returns the frame's message_id."""
         frame_id = uuid.uuid4().hex
-        frame = _frame(DATA, {"type": "event", "message_id": frame_id, "trace_id": frame_id,
-                              "sum": "1", "seq": "0"}, json.dumps(payload).encode())
+        frame = _frame(
+            DATA,
+            {"type": "event", "message_id": frame_id, "trace_id": frame_id, "sum": "1", "seq": "0"},
+            json.dumps(payload).encode(),
+        )
         self._run(self._ws_send(frame.SerializeToString()))
         return frame_id
 
@@ -228,14 +247,19 @@ class FakeFeishu:
         r.add_post("/open-apis/im/v1/messages", self._create_message)
         r.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply_message)
         r.add_post("/open-apis/im/v1/messages/{message_id}/reactions", self._add_reaction)
-        r.add_delete("/open-apis/im/v1/messages/{message_id}/reactions/{reaction_id}", self._delete_reaction)
+        r.add_delete(
+            "/open-apis/im/v1/messages/{message_id}/reactions/{reaction_id}", self._delete_reaction
+        )
         r.add_get("/open-apis/im/v1/messages/{message_id}/resources/{file_key}", self._resource)
         r.add_post("/open-apis/im/v1/images", self._upload_image)
         r.add_post("/open-apis/im/v1/files", self._upload_file)
         r.add_post("/open-apis/cardkit/v1/cards", self._create_card)
         r.add_put("/open-apis/cardkit/v1/cards/{card_id}", self._update_card)
         r.add_patch("/open-apis/cardkit/v1/cards/{card_id}/settings", self._card_settings)
-        r.add_put("/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content", self._card_content)
+        r.add_put(
+            "/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content",
+            self._card_content,
+        )
         r.add_post("/callback/ws/endpoint", self._ws_endpoint)
         r.add_get("/ws", self._ws_handler)
         return app
@@ -243,7 +267,9 @@ class FakeFeishu:
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}_fake_{next(self._ids)}"
 
-    async def _begin(self, request: web.Request, route: str, *, auth: bool = True) -> tuple[Any, web.Response | None]:
+    async def _begin(
+        self, request: web.Request, route: str, *, auth: bool = True
+    ) -> tuple[Any, web.Response | None]:
         """Record the call; an injected failure or a bad token short-circuits it."""
         body: Any = None
         # Like Feishu, read JSON whatever the Content-Type (the SDK's token request sends none).
@@ -251,7 +277,7 @@ class FakeFeishu:
             body = json.loads(await request.read())
         with self._lock:
             self.calls.append(Call(route, request.method, request.path, dict(request.query), body))
-            queue = self._failures.get(route)
+            queue = self._failures.get(route, [])
             failure = queue[0] if queue else None
             if failure is not None:
                 failure.times -= 1
@@ -259,13 +285,16 @@ class FakeFeishu:
                     queue.pop(0)
         if failure is not None:
             return body, web.json_response(
-                {"code": failure.code, "msg": failure.msg}, status=failure.status, headers=failure.headers
+                {"code": failure.code, "msg": failure.msg},
+                status=failure.status,
+                headers=failure.headers,
             )
         if auth:
             token = request.headers.get("Authorization", "").removeprefix("Bearer ")
             if token not in self._tokens:
                 return body, web.json_response(
-                    {"code": CODE_TOKEN_INVALID, "msg": "Invalid access token for authorization."}, status=400
+                    {"code": CODE_TOKEN_INVALID, "msg": "Invalid access token for authorization."},
+                    status=400,
                 )
         return body, None
 
@@ -278,14 +307,20 @@ class FakeFeishu:
         token = f"t-{uuid.uuid4().hex}"
         with self._lock:
             self._tokens.add(token)
-        return web.json_response({"code": 0, "msg": "ok", "tenant_access_token": token, "expire": 7200})
+        return web.json_response(
+            {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": 7200}
+        )
 
     async def _bot_info(self, request: web.Request) -> web.Response:
         _, error = await self._begin(request, "bot.info")
         if error:
             return error
         return web.json_response(
-            {"code": 0, "msg": "ok", "bot": {"open_id": self.bot_open_id, "app_name": "BA Agent", "activate_status": 2}}
+            {
+                "code": 0,
+                "msg": "ok",
+                "bot": {"open_id": self.bot_open_id, "app_name": "BA Agent", "activate_status": 2},
+            }
         )
 
     async def _create_message(self, request: web.Request) -> web.Response:
@@ -301,33 +336,57 @@ class FakeFeishu:
         if error:
             return error
         return self._store_message(
-            body, chat_id="oc_of_" + request.match_info["message_id"],
-            reply_to=request.match_info["message_id"], reply_in_thread=bool(body.get("reply_in_thread")),
+            body,
+            chat_id="oc_of_" + request.match_info["message_id"],
+            reply_to=request.match_info["message_id"],
+            reply_in_thread=bool(body.get("reply_in_thread")),
         )
 
-    def _store_message(self, body: dict[str, Any], *, chat_id: str, reply_to: str | None = None,
-                       reply_in_thread: bool = False) -> web.Response:
+    def _store_message(
+        self,
+        body: dict[str, Any],
+        *,
+        chat_id: str,
+        reply_to: str | None = None,
+        reply_in_thread: bool = False,
+    ) -> web.Response:
         content = body["content"]
         if len(content.encode()) > MAX_CONTENT_BYTES:
             return web.json_response({"code": CODE_TOO_LONG, "msg": "message content too long"})
         parsed = json.loads(content)
-        if body["msg_type"] == "interactive" and parsed.get("type") == "card":
-            if parsed["data"]["card_id"] not in self.cards:
-                return web.json_response({"code": 230099, "msg": "card not found"})
+        is_card_ref = body["msg_type"] == "interactive" and parsed.get("type") == "card"
+        if is_card_ref and parsed["data"]["card_id"] not in self.cards:
+            return web.json_response({"code": 230099, "msg": "card not found"})
         uuid_ = body.get("uuid")
         with self._lock:
             if uuid_ and uuid_ in self._by_uuid:
                 sent = self._by_uuid[uuid_]  # Feishu answers a repeated uuid with the first message
             else:
-                sent = SentMessage(self._next_id("om"), chat_id, body["msg_type"], parsed, uuid_,
-                                   reply_to, reply_in_thread)
+                sent = SentMessage(
+                    self._next_id("om"),
+                    chat_id,
+                    body["msg_type"],
+                    parsed,
+                    uuid_,
+                    reply_to,
+                    reply_in_thread,
+                )
                 self.messages.append(sent)
                 if uuid_:
                     self._by_uuid[uuid_] = sent
-        return web.json_response({"code": 0, "msg": "success", "data": {
-            "message_id": sent.message_id, "chat_id": sent.chat_id, "msg_type": sent.msg_type,
-            "create_time": str(int(time.time() * 1000)), "body": {"content": content},
-        }})
+        return web.json_response(
+            {
+                "code": 0,
+                "msg": "success",
+                "data": {
+                    "message_id": sent.message_id,
+                    "chat_id": sent.chat_id,
+                    "msg_type": sent.msg_type,
+                    "create_time": str(int(time.time() * 1000)),
+                    "body": {"content": content},
+                },
+            }
+        )
 
     async def _add_reaction(self, request: web.Request) -> web.Response:
         body, error = await self._begin(request, "reaction.create")
@@ -337,10 +396,17 @@ class FakeFeishu:
         emoji = body["reaction_type"]["emoji_type"]
         with self._lock:
             self.reactions[reaction_id] = (request.match_info["message_id"], emoji)
-        return web.json_response({"code": 0, "msg": "success", "data": {
-            "reaction_id": reaction_id, "reaction_type": {"emoji_type": emoji},
-            "operator": {"operator_id": self.app_id, "operator_type": "app"},
-        }})
+        return web.json_response(
+            {
+                "code": 0,
+                "msg": "success",
+                "data": {
+                    "reaction_id": reaction_id,
+                    "reaction_type": {"emoji_type": emoji},
+                    "operator": {"operator_id": self.app_id, "operator_type": "app"},
+                },
+            }
+        )
 
     async def _delete_reaction(self, request: web.Request) -> web.Response:
         _, error = await self._begin(request, "reaction.delete")
@@ -352,7 +418,9 @@ class FakeFeishu:
                 return web.json_response({"code": 231003, "msg": "reaction not found"})
             del self.reactions[reaction_id]
             self.removed_reactions.append(reaction_id)
-        return web.json_response({"code": 0, "msg": "success", "data": {"reaction_id": reaction_id}})
+        return web.json_response(
+            {"code": 0, "msg": "success", "data": {"reaction_id": reaction_id}}
+        )
 
     async def _resource(self, request: web.Request) -> web.StreamResponse:
         _, error = await self._begin(request, "resource.get")
@@ -362,8 +430,11 @@ class FakeFeishu:
         if key not in self.resources or self.resources[key][0] != request.query.get("type"):
             return web.json_response({"code": 234003, "msg": "resource not found"}, status=400)
         _, data, content_type, filename = self.resources[key]
-        return web.Response(body=data, content_type=content_type,
-                            headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+        return web.Response(
+            body=data,
+            content_type=content_type,
+            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        )
 
     async def _upload_image(self, request: web.Request) -> web.Response:
         _, error = await self._begin(request, "image.create")
@@ -382,7 +453,9 @@ class FakeFeishu:
             return error
         form = await _form(request)
         if not form.get("file_type") or not form.get("file_name"):
-            return web.json_response({"code": 234001, "msg": "file_type and file_name are required"})
+            return web.json_response(
+                {"code": 234001, "msg": "file_type and file_name are required"}
+            )
         file_key = self._next_id("file")
         self.uploads[file_key] = form["file"]
         return web.json_response({"code": 0, "msg": "success", "data": {"file_key": file_key}})
@@ -394,15 +467,21 @@ class FakeFeishu:
         card = json.loads(body["data"])
         card_id = str(7_000_000_000 + next(self._ids))
         with self._lock:
-            self.cards[card_id] = FakeCard(card_id, card, bool(card.get("config", {}).get("streaming_mode")))
+            self.cards[card_id] = FakeCard(
+                card_id, card, bool(card.get("config", {}).get("streaming_mode"))
+            )
         return web.json_response({"code": 0, "msg": "success", "data": {"card_id": card_id}})
 
-    def _sequenced(self, card_id: str, sequence: int) -> tuple[FakeCard | None, web.Response | None]:
+    def _sequenced(
+        self, card_id: str, sequence: int
+    ) -> tuple[FakeCard | None, web.Response | None]:
         card = self.cards.get(card_id)
         if card is None:
             return None, web.json_response({"code": 300301, "msg": "card not found"})
         if card.sequences and sequence <= card.sequences[-1]:
-            return None, web.json_response({"code": CODE_SEQUENCE, "msg": "sequence number compare failed"})
+            return None, web.json_response(
+                {"code": CODE_SEQUENCE, "msg": "sequence number compare failed"}
+            )
         card.sequences.append(sequence)
         return card, None
 
@@ -441,19 +520,27 @@ class FakeFeishu:
         with self._lock:
             card = self.cards.get(request.match_info["card_id"])
             if card is not None and not card.streaming:
-                return web.json_response({"code": CODE_NOT_STREAMING, "msg": "card is not in streaming mode"})
+                return web.json_response(
+                    {"code": CODE_NOT_STREAMING, "msg": "card is not in streaming mode"}
+                )
             card, error = self._sequenced(request.match_info["card_id"], body["sequence"])
             if error:
                 return error
             assert card is not None
-            card.element_updates.append((request.match_info["element_id"], body["content"], body["sequence"]))
+            card.element_updates.append(
+                (request.match_info["element_id"], body["content"], body["sequence"])
+            )
         return web.json_response({"code": 0, "msg": "success", "data": {}})
 
     # --- long connection ---------------------------------------------------------------------
 
     def _client_config(self) -> dict[str, int]:
-        return {"ReconnectCount": -1, "ReconnectInterval": 1, "ReconnectNonce": 0,
-                "PingInterval": self.ping_interval_s}
+        return {
+            "ReconnectCount": -1,
+            "ReconnectInterval": 1,
+            "ReconnectNonce": 0,
+            "PingInterval": self.ping_interval_s,
+        }
 
     async def _ws_endpoint(self, request: web.Request) -> web.Response:
         body, error = await self._begin(request, "ws.endpoint", auth=False)
@@ -461,8 +548,12 @@ class FakeFeishu:
             return error
         if body.get("AppID") != self.app_id or body.get("AppSecret") != self.app_secret:
             return web.json_response({"code": 1000040343, "msg": "invalid app"})
-        url = f"ws://127.0.0.1:{self.port}/ws?device_id=dev-{next(self._ids)}&service_id={SERVICE_ID}"
-        return web.json_response({"code": 0, "msg": "ok", "data": {"URL": url, "ClientConfig": self._client_config()}})
+        url = (
+            f"ws://127.0.0.1:{self.port}/ws?device_id=dev-{next(self._ids)}&service_id={SERVICE_ID}"
+        )
+        return web.json_response(
+            {"code": 0, "msg": "ok", "data": {"URL": url, "ClientConfig": self._client_config()}}
+        )
 
     async def _ws_handler(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
@@ -481,8 +572,12 @@ class FakeFeishu:
                 await ws.send_bytes(pong.SerializeToString())
             elif frame.method == DATA:
                 with self._lock:
-                    self.ws_acks.append({"message_id": headers.get("message_id"),
-                                         "response": json.loads(frame.payload or b"{}")})
+                    self.ws_acks.append(
+                        {
+                            "message_id": headers.get("message_id"),
+                            "response": json.loads(frame.payload or b"{}"),
+                        }
+                    )
         return ws
 
 

@@ -1,4 +1,5 @@
-"""Builders for Feishu event callbacks: v2 message events, url_verification, encryption, signatures."""
+"""Builders for Feishu event callbacks: v2 message events, url_verification, encryption and
+signature headers."""
 
 from __future__ import annotations
 

@@ -161,6 +161,7 @@ class FakeSlack(FakeServer):
             "assistant.threads.setTitle": self._ok,
             "assistant.threads.setSuggestedPrompts": self._ok,
             "conversations.replies": self._conversations_replies,
+            "conversations.history": self._conversations_history,
             "conversations.info": self._conversations_info,
             "users.info": self._users_info,
             "files.getUploadURLExternal": self._files_get_upload_url,
@@ -533,6 +534,25 @@ class FakeSlack(FakeServer):
             "status", ""
         )
         return {}
+
+    def _conversations_history(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Top-level messages of a channel, newest first, after ``oldest`` when given."""
+        self._require(params, "channel")
+        oldest = _micros(params["oldest"]) if params.get("oldest") else -1
+        top_level = [
+            m
+            for m in self.messages
+            if m["channel"] == params["channel"]
+            and m.get("thread_ts") in (None, m["ts"])
+            and _micros(m["ts"]) > oldest
+        ]
+        top_level.sort(key=lambda m: _micros(m["ts"]), reverse=True)
+        with_metadata = _as_bool(params.get("include_all_metadata", False))
+        limit = int(params.get("limit", 100))
+        return {
+            "messages": [self._public(m, with_metadata=with_metadata) for m in top_level[:limit]],
+            "has_more": False,
+        }
 
     def _conversations_replies(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require(params, "channel", "ts")

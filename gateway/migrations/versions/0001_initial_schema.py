@@ -18,6 +18,28 @@ depends_on = None
 
 
 def upgrade() -> None:
+    op.create_table('call_records',
+    sa.Column('id', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+    sa.Column('thread_id', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+    sa.Column('kind', sqlmodel.sql.sqltypes.AutoString(length=8), nullable=False),
+    sa.Column('name', sqlmodel.sql.sqltypes.AutoString(length=128), nullable=False),
+    sa.Column('started_at', agent_core.store.types.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('duration_ms', sa.Float(), nullable=False),
+    sa.Column('input_tokens', sa.Integer(), nullable=False),
+    sa.Column('output_tokens', sa.Integer(), nullable=False),
+    sa.Column('cache_read_tokens', sa.Integer(), nullable=False),
+    sa.Column('cache_write_tokens', sa.Integer(), nullable=False),
+    sa.Column('success', sa.Boolean(), nullable=False),
+    sa.Column('error_type', sqlmodel.sql.sqltypes.AutoString(length=32), nullable=True),
+    sa.Column('retries', sa.Integer(), nullable=False),
+    sa.Column('output_level', sqlmodel.sql.sqltypes.AutoString(length=16), nullable=True),
+    sa.PrimaryKeyConstraint('id')
+    )
+    with op.batch_alter_table('call_records', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_call_records_name'), ['name'], unique=False)
+        batch_op.create_index(batch_op.f('ix_call_records_started_at'), ['started_at'], unique=False)
+        batch_op.create_index(batch_op.f('ix_call_records_thread_id'), ['thread_id'], unique=False)
+
     op.create_table('inbound_events',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('platform', sqlmodel.sql.sqltypes.AutoString(length=32), nullable=False),
@@ -70,6 +92,7 @@ def upgrade() -> None:
     sa.Column('channel', sqlmodel.sql.sqltypes.AutoString(length=128), nullable=False),
     sa.Column('root', sqlmodel.sql.sqltypes.AutoString(length=128), nullable=False),
     sa.Column('dm_owner', sqlmodel.sql.sqltypes.AutoString(length=128), nullable=True),
+    sa.Column('state', sa.Text(), server_default='{}', nullable=False),
     sa.Column('created_at', agent_core.store.types.UTCDateTime(timezone=True), nullable=False),
     sa.Column('updated_at', agent_core.store.types.UTCDateTime(timezone=True), nullable=False),
     sa.Column('archived_at', agent_core.store.types.UTCDateTime(timezone=True), nullable=True),
@@ -122,3 +145,9 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_inbound_events_status'))
 
     op.drop_table('inbound_events')
+    with op.batch_alter_table('call_records', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_call_records_thread_id'))
+        batch_op.drop_index(batch_op.f('ix_call_records_started_at'))
+        batch_op.drop_index(batch_op.f('ix_call_records_name'))
+
+    op.drop_table('call_records')

@@ -1,0 +1,60 @@
+"""What varies around the agent loop, as hooks called in one documented order.
+
+A hook may look at or change the request before a model call, see the response after it, and
+see each tool call before and after it runs. The loop calls hooks in list order; `before_*`
+hooks may rewrite what they receive and return it. The standard chain is assembled in
+`agent_core.agent.build_agent`, in this order (each entry says what it is for):
+
+1. todo / refocus  — restate the goal and open todos every few rounds (context only)
+2. memory          — durable facts loaded into the stable prompt prefix
+3. skills          — allowed-tools enforcement and model override of the active skill
+4. files           — large tool results go to files (the tool pipeline does the eviction)
+5. sub-agents      — the `task` tool (a tool, so it has no hook of its own)
+6. compression     — keep the context under its threshold before each model call
+7. prompt caching  — cache breakpoints so each call reads the previous conversation from cache
+8. dangling patch  — answer an interrupted tool_use with a "cancelled" tool_result (before run)
+9. telemetry       — record every model and tool call
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_core.messages import StandardMessage, ToolUseBlock
+from agent_core.model import ModelResponse
+from agent_core.tools.base import ToolContext, ToolResult
+
+
+class Hook:
+    """Base class with no-op defaults; override what you need."""
+
+    async def before_run(self, history: list[StandardMessage], ctx: ToolContext) -> None:
+        """Once per turn, before the first model call."""
+
+    async def before_model(
+        self, request: dict[str, Any], history: list[StandardMessage], ctx: ToolContext
+    ) -> dict[str, Any]:
+        return request
+
+    async def after_model(self, response: ModelResponse, ctx: ToolContext) -> None:
+        """After every model call (usage, metrics)."""
+
+    async def before_tool(self, call: ToolUseBlock, ctx: ToolContext) -> ToolResult | None:
+        """Return a result to skip running the tool (a refusal, a cached answer)."""
+        return None
+
+    async def after_tool(self, call: ToolUseBlock, result: ToolResult, ctx: ToolContext) -> ToolResult:
+        return result
+
+
+class TurnObserver:
+    """Receives live progress of a turn, to show the user (no-op defaults)."""
+
+    async def on_text(self, delta: str) -> None:
+        """A piece of answer text as the model writes it."""
+
+    async def on_text_reset(self) -> None:
+        """The model call restarted: discard the text shown so far for this call."""
+
+    async def on_tool_start(self, call: ToolUseBlock) -> None:
+        """A tool is about to run."""

@@ -1,0 +1,254 @@
+"""Token accounting and context compression around every model call.
+
+Before a model call the hook estimates the request's size -- the last reported usage plus
+offline estimates of the messages stored since (`agent_core.tokens`) -- and, cheapest first:
+
+1. when the prompt cache has expired (nothing is lost by changing old bytes) and the context
+   is at least `cold_prune_fill` full, or when it is over the threshold: prunes large tool
+   results older than the keep window to placeholders naming their data files;
+2. when still over the threshold: summarizes everything before the keep window with the
+   model, appends those messages to the thread's history file and records the summary and
+   its cutoff in the thread's state.
+
+It then sends the summary and the rest of the history as `ContextState` says (the stored
+messages never change). Pruning when over the threshold does not wait for the cache to
+expire: the cache is about to be invalidated by a summary anyway, and pruning loses less.
+
+After a model call it adds the reported usage to the thread's totals and cost, and keeps the
+ground truth for the next estimate. When the API still rejects a request as too long, the
+loop calls `on_context_overflow`, which compresses harder, and retries once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from agent_core.context.compression import (
+    CompressionConfig,
+    ContextRenderer,
+    Summarizer,
+    SummaryFailed,
+    carried_verbatim,
+    choose_cutoff,
+    is_prunable,
+    prune_mark,
+    round_starts,
+    skills_to_forget,
+    summary_text,
+)
+from agent_core.context.history_file import append_history
+from agent_core.hooks import Hook
+from agent_core.messages import StandardMessage
+from agent_core.model import ModelClient, ModelResponse, ModelUnavailable
+from agent_core.state import ContextState, ThreadState
+from agent_core.tokens import MESSAGE_OVERHEAD, ModelTable, TokenCounter, record_usage
+from agent_core.tools.base import ToolContext
+
+log = logging.getLogger(__name__)
+
+# ctx.extras key: (stored messages, ContextState.version) of the request in flight.
+_IN_FLIGHT = "context.in_flight"
+
+
+class StateSaver(Protocol):
+    async def save_state(self, thread_id: str, state: ThreadState) -> None: ...
+
+
+class CompressionHook(Hook):
+    """Keeps each request under the context threshold; accounts every request's usage."""
+
+    def __init__(
+        self,
+        model: ModelClient,
+        *,
+        config: CompressionConfig | None = None,
+        counter: TokenCounter | None = None,
+        models: ModelTable | None = None,
+        store: StateSaver | None = None,
+        telemetry: Hook | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        """`store` saves the state right after a compression (a summary costs a model call and
+        must survive a crash of the call that follows); `telemetry` records the summarizer's
+        calls like the loop's own."""
+        self.config = config or CompressionConfig()
+        self.counter = counter or TokenCounter()
+        self.models = models or ModelTable()
+        self.renderer = ContextRenderer(self.config)
+        self._model = model
+        self._summarizer = Summarizer(model, self.counter, self.config)
+        self._store = store
+        self._telemetry = telemetry
+        self._clock = clock
+
+    # ----------------------------------------------------------------- hook interface
+
+    async def before_run(self, history: list[StandardMessage], ctx: ToolContext) -> None:
+        ctx.context_fill = ctx.state.usage.fill
+
+    async def before_model(
+        self, request: dict[str, Any], history: list[StandardMessage], ctx: ToolContext
+    ) -> dict[str, Any]:
+        state = ctx.state
+        self._check_marks(history, state)
+        window = self.window(request.get("model"))
+        config = self.config
+        estimate = self.estimate(request, history, state)
+        if estimate >= config.threshold * window or (
+            self._cache_expired(state) and estimate >= config.cold_prune_fill * window
+        ):
+            keep_start = choose_cutoff(history, state, self.counter, config, window)
+            if keep_start is not None and self._prune(history, state, keep_start):
+                estimate = self.full_estimate(request, history, state.context)
+        if estimate >= config.threshold * window and await self._summarize(history, ctx, window):
+            estimate = self.full_estimate(request, history, state.context)
+        ctx.extras[_IN_FLIGHT] = (len(history), state.context.version)
+        ctx.context_fill = estimate / window
+        if state.context.summary is None and state.context.pruned_before == 0:
+            return request
+        return {**request, "messages": self.renderer.messages(history, state.context)}
+
+    async def after_model(self, response: ModelResponse, ctx: ToolContext) -> None:
+        usage = ctx.state.usage
+        self._account(response, ctx.state)
+        usage.model = response.model
+        usage.context_window = self.window(response.model)
+        in_flight = ctx.extras.pop(_IN_FLIGHT, None)
+        if in_flight is not None:
+            usage.last_request_messages, usage.last_view_version = in_flight
+        usage.last_context_tokens = response.usage.context_tokens
+        usage.last_request_at = self._clock()
+        ctx.context_fill = usage.fill
+
+    async def on_context_overflow(
+        self, history: Sequence[StandardMessage], ctx: ToolContext, reported_tokens: int | None = None
+    ) -> bool:
+        """The API rejected the request as too long: compress harder. True if what is sent
+        changed, so one retry makes sense."""
+        state = ctx.state
+        before = state.context.version
+        log.warning(
+            "thread %s: context overflow (%s tokens reported, %s estimated); compressing",
+            ctx.thread_id,
+            reported_tokens,
+            state.usage.last_context_tokens,
+        )
+        starts = round_starts(history)
+        if starts:
+            self._prune(history, state, starts[-1])  # everything but the newest round
+        window = self.window(state.usage.model)
+        await self._summarize(history, ctx, window, force=True)
+        changed = state.context.version != before
+        if changed and self._store is not None:
+            await self._store.save_state(ctx.thread_id, state)
+        return changed
+
+    # ----------------------------------------------------------------- estimates
+
+    def window(self, model: str | None) -> int:
+        """The context window of `model` (the agent's model when None)."""
+        return self.models.get(model or self._model.model).context_window
+
+    def estimate(self, request: dict[str, Any], history: Sequence[StandardMessage], state: ThreadState) -> int:
+        """Tokens of the next request: ground truth plus what was stored since, when the last
+        request was rendered the same way; otherwise a full offline estimate."""
+        usage = state.usage
+        if usage.last_context_tokens is not None and usage.last_view_version == state.context.version:
+            return usage.last_context_tokens + self.counter.messages(history[usage.last_request_messages :])
+        return self.full_estimate(request, history, state.context)
+
+    def full_estimate(
+        self, request: dict[str, Any], history: Sequence[StandardMessage], context: ContextState
+    ) -> int:
+        """Offline estimate of the request as it will be sent under `context`."""
+        total = self.counter.prefix(request)
+        if context.summary:
+            total += MESSAGE_OVERHEAD + self.counter.text(context.summary)
+        for index in range(context.summary_through, len(history)):
+            message = history[index]
+            if index < context.pruned_before and is_prunable(message, self.config):
+                rendered = self.renderer.rendered(history, context, index)
+                total += self.counter.message(message, "pruned", rendered)
+            else:
+                total += self.counter.message(message)
+        return total
+
+    # ----------------------------------------------------------------- steps
+
+    def _cache_expired(self, state: ThreadState) -> bool:
+        last = state.usage.last_request_at
+        return last is None or (self._clock() - last).total_seconds() >= self.config.cache_ttl_s
+
+    def _prune(self, history: Sequence[StandardMessage], state: ThreadState, upto: int) -> bool:
+        mark = prune_mark(history, state.context, upto, self.config)
+        if mark == state.context.pruned_before:
+            return False
+        state.context.pruned_before = mark
+        state.context.version += 1
+        return True
+
+    async def _summarize(
+        self, history: Sequence[StandardMessage], ctx: ToolContext, window: int, *, force: bool = False
+    ) -> bool:
+        """Summarize up to the keep window; False if nothing could be (the request goes as is)."""
+        state = ctx.state
+        context = state.context
+        cut = choose_cutoff(history, state, self.counter, self.config, window, force=force)
+        if cut is None:
+            log.warning("thread %s: over the context threshold, nothing left to summarize", ctx.thread_id)
+            return False
+        try:
+            # The transcript first: the summary names it, and it must exist before it is named.
+            path = await append_history(ctx.data_dir, ctx.thread_id, history, context.summary_through, cut)
+            model_summary, responses = await self._summarizer.summarize(
+                context.model_summary, history[context.summary_through : cut], context.summary_through + 1
+            )
+        except (ModelUnavailable, SummaryFailed, OSError) as exc:
+            log.error("thread %s: compression failed, sending the context as is: %s", ctx.thread_id, exc)
+            return False
+        for response in responses:
+            self._account(response, state)
+            if self._telemetry is not None:
+                await self._telemetry.after_model(response, ctx)
+        carried = carried_verbatim(history, cut, state, self.config)
+        context.summary = summary_text(model_summary, carried, cut, path)
+        context.model_summary = model_summary
+        context.summary_through = cut
+        context.summary_through_id = history[cut - 1].id
+        context.pruned_before = max(context.pruned_before, cut)
+        context.version += 1
+        context.compressed_at = self._clock()
+        state.usage.compression_events += 1
+        state.skills.forget_injected(skills_to_forget(history, cut, state))
+        log.info("thread %s: summarized messages 1-%d (compression %d)", ctx.thread_id, cut, state.usage.compression_events)
+        if self._store is not None:
+            await self._store.save_state(ctx.thread_id, state)
+        return True
+
+    def _account(self, response: ModelResponse, state: ThreadState) -> None:
+        usage = response.usage
+        record_usage(
+            state.usage,
+            self.models.get(response.model),
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+        )
+
+    @staticmethod
+    def _check_marks(history: Sequence[StandardMessage], state: ThreadState) -> None:
+        """Drop marks that do not match the stored history (e.g. a restored database)."""
+        context = state.context
+        through = context.summary_through
+        if (
+            through <= len(history)
+            and context.pruned_before <= len(history)
+            and (through == 0 or history[through - 1].id == context.summary_through_id)
+        ):
+            return
+        log.error("context marks do not match the stored history; sending it uncompressed")
+        state.context = ContextState(version=context.version + 1)

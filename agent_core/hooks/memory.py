@@ -1,0 +1,90 @@
+"""Memory in the prompt: a second system block after the stable base prompt.
+
+The base system prompt is built once per agent and is the same for every conversation, so it
+stays one cacheable block (with its own breakpoint: all conversations share that cache entry).
+Memory differs per conversation, so it goes in a second system block right after it. It is read
+once per turn and does not change within the turn (a fact recorded during the turn is in the
+conversation already), so the prefix stays byte-identical across the calls of a turn, and
+across turns for as long as the memory files do not change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlmodel import select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from agent_core.hooks import Hook
+from agent_core.memory import ConversationScope, MemoryStore
+from agent_core.messages import StandardMessage
+from agent_core.store.tables import ThreadRow
+from agent_core.tools.base import ToolContext
+
+EPHEMERAL = {"type": "ephemeral"}
+_SCOPE = "memory.scope"
+_SECTION = "memory.section"
+
+
+async def conversation_scope(
+    sessions: async_sessionmaker[AsyncSession], ctx: ToolContext
+) -> ConversationScope | None:
+    """Where `ctx`'s conversation lives, from its thread row (None for a thread not in the
+    database, e.g. a sub-agent's); cached for the turn in ``ctx.extras``.
+
+    DM-ness and the DM's owner come from the stored thread (set when it was opened), not from
+    the message, so a user's memory can only ever load in that user's own DM.
+    """
+    if _SCOPE not in ctx.extras:
+        async with sessions() as session:
+            row = (
+                await session.exec(
+                    select(ThreadRow.platform, ThreadRow.workspace, ThreadRow.channel, ThreadRow.dm_owner).where(
+                        ThreadRow.id == ctx.thread_id
+                    )
+                )
+            ).first()
+        scope = None
+        if row is not None:
+            platform, workspace, channel, dm_owner = row
+            scope = ConversationScope(
+                platform=platform,
+                workspace=workspace,
+                channel=channel,
+                user=dm_owner or ctx.user,
+                is_dm=dm_owner is not None,
+            )
+        ctx.extras[_SCOPE] = scope
+    return ctx.extras[_SCOPE]
+
+
+def with_memory(request: dict[str, Any], section: str) -> dict[str, Any]:
+    """A copy of `request` whose system prompt is [base (cache breakpoint), memory]."""
+    system = request.get("system") or ""
+    if isinstance(system, str):
+        # The caching hook marks a plain-string system prompt; once it is a list that is ours.
+        blocks = [{"type": "text", "text": system, "cache_control": EPHEMERAL}]
+    else:
+        blocks = list(system)
+    return {**request, "system": [blocks[0], {"type": "text", "text": section}, *blocks[1:]]}
+
+
+class MemoryHook(Hook):
+    """Loads the conversation's memory once per turn and puts it after the base prompt."""
+
+    def __init__(self, store: MemoryStore, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._store = store
+        self._sessions = sessions
+
+    async def before_run(self, history: list[StandardMessage], ctx: ToolContext) -> None:
+        scope = await conversation_scope(self._sessions, ctx)
+        section = await asyncio.to_thread(self._store.section, scope) if scope else ""
+        ctx.extras[_SECTION] = section
+
+    async def before_model(
+        self, request: dict[str, Any], history: list[StandardMessage], ctx: ToolContext
+    ) -> dict[str, Any]:
+        section = ctx.extras.get(_SECTION)
+        return with_memory(request, section) if section else request

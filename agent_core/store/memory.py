@@ -1,0 +1,34 @@
+"""A conversation store that lives in memory: for sub-agents, whose runs are not resumed."""
+
+from __future__ import annotations
+
+from agent_core.messages import StandardMessage
+from agent_core.state import ThreadState
+
+
+class MemoryThreadStore:
+    """Same interface as `ThreadStore` for one process-local conversation."""
+
+    def __init__(self) -> None:
+        self._messages: dict[str, list[StandardMessage]] = {}
+        self._events: set[tuple[str, str]] = set()
+        self._states: dict[str, ThreadState] = {}
+
+    async def history(self, thread_id: str) -> list[StandardMessage]:
+        return self._messages.setdefault(thread_id, [])
+
+    async def has_event(self, thread_id: str, event_key: str) -> bool:
+        return (thread_id, event_key) in self._events
+
+    async def append(
+        self, thread_id: str, messages: list[StandardMessage], event_key: str | None = None
+    ) -> None:
+        self._messages.setdefault(thread_id, []).extend(messages)
+        if event_key:
+            self._events.add((thread_id, event_key))
+
+    async def load_state(self, thread_id: str) -> ThreadState:
+        return self._states.setdefault(thread_id, ThreadState())
+
+    async def save_state(self, thread_id: str, state: ThreadState) -> None:
+        self._states[thread_id] = state

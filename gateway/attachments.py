@@ -1,0 +1,53 @@
+"""Files shared with a message: fetched by the adapter into the conversation's workspace, then
+loaded as tables (CSV, TSV, Excel, Parquet, JSON) that the agent can query."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from adapters.base import Responder
+from adapters.download import AttachmentError
+from agent_core.data.errors import UnsupportedUploadType, UploadError
+from agent_core.data.uploads import UploadLimits, load_upload
+from agent_core.messages import InboundMessage
+from agent_core.tools.base import ToolContext
+from agent_core.tools.sql import conversation_database
+from agent_core.workspace.backend import WorkspaceError, sanitize_filename
+from agent_core.workspace.local import workspace_for
+
+log = logging.getLogger(__name__)
+
+
+async def ingest_attachments(
+    responder: Responder, msg: InboundMessage, ctx: ToolContext, limits: UploadLimits
+) -> list[str]:
+    """Fetch and load each attachment; returns one note per file for the model to read."""
+    workspace = workspace_for(ctx.data_dir, ctx.thread_id)
+    notes: list[str] = []
+    for attachment in msg.attachments:
+        virtual = f"/uploads/{sanitize_filename(attachment.name)}"
+        try:
+            dest = await workspace.real_path(virtual, must_exist=False)
+            path = await responder.fetch_attachment(msg, attachment, dest, limits.max_bytes)
+        except (AttachmentError, WorkspaceError) as exc:
+            notes.append(f"{attachment.name}: could not be fetched ({exc}).")
+            continue
+        try:
+            tables = await asyncio.to_thread(
+                load_upload, conversation_database(ctx), path, attachment.name, limits
+            )
+        except UnsupportedUploadType:
+            notes.append(f"{attachment.name}: saved as {virtual} (not a table format).")
+            continue
+        except UploadError as exc:
+            notes.append(f"{attachment.name}: saved as {virtual} but not loaded: {exc}")
+            continue
+        for table in tables:
+            columns = ", ".join(f"{c.name} {c.type}" for c in table.columns[:30])
+            sheet = f" (sheet {table.sheet})" if table.sheet else ""
+            notes.append(
+                f"{attachment.name}{sheet}: loaded as table `{table.table_name}` with "
+                f"{table.row_count:,} rows; columns: {columns}."
+            )
+    return notes

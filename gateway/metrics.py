@@ -1,0 +1,46 @@
+"""`GET /metrics`: the call aggregates in Prometheus text format."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from agent_core.telemetry import CallStats
+
+
+class _Snapshot:
+    """A collector over aggregates computed beforehand (the database query is async)."""
+
+    def __init__(self, stats: list[CallStats], open_events: int) -> None:
+        self._stats = stats
+        self._open_events = open_events
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["kind", "name"]
+        calls = CounterMetricFamily("ba_agent_calls", "Model and tool calls", labels=labels)
+        duration = GaugeMetricFamily("ba_agent_call_duration_ms_avg", "Average call duration (ms)", labels=labels)
+        success = GaugeMetricFamily("ba_agent_call_success_ratio", "Share of successful calls", labels=labels)
+        tokens = CounterMetricFamily("ba_agent_tokens", "Model tokens", labels=["name", "type"])
+        for s in self._stats:
+            calls.add_metric([s.kind, s.name], s.calls)
+            duration.add_metric([s.kind, s.name], s.avg_duration_ms)
+            success.add_metric([s.kind, s.name], s.success_rate)
+            if s.kind == "model":
+                for kind, value in (
+                    ("input", s.input_tokens),
+                    ("output", s.output_tokens),
+                    ("cache_read", s.cache_read_tokens),
+                    ("cache_write", s.cache_write_tokens),
+                ):
+                    tokens.add_metric([s.name, kind], value)
+        inbox = GaugeMetricFamily("ba_agent_inbox_open_events", "Accepted events not yet answered")
+        inbox.add_metric([], self._open_events)
+        yield from (calls, duration, success, tokens, inbox)
+
+
+def render_metrics(stats: list[CallStats], open_events: int) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(stats, open_events))
+    return generate_latest(registry)

@@ -1,0 +1,277 @@
+"""Root-cause attribution: known answers on small generated data."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from agent_core.analytics import (
+    AttributionResult,
+    Period,
+    attribute_change,
+    attribute_change_between_periods,
+)
+from agent_core.analytics.synthetic import make_root_cause_case
+
+DIMS = ["region", "channel", "device"]
+REGIONS = ["East", "West", "North", "South", "Central"]
+CHANNELS = ["app", "web", "store", "partner"]
+DEVICES = ["ios", "android", "pc"]
+
+
+def _as_set(elements: list[dict]) -> set[frozenset]:
+    return {frozenset((k, str(v)) for k, v in e.items()) for e in elements}
+
+
+def _leaf_table(seed: int, noise: float = 0.02) -> pd.DataFrame:
+    """Forecast vs actual per region x channel x device, with multiplicative noise."""
+    rng = np.random.default_rng(seed)
+    rows = [
+        {"region": r, "channel": c, "device": d, "predict": float(rng.lognormal(6, 0.8))}
+        for r in REGIONS
+        for c in CHANNELS
+        for d in DEVICES
+    ]
+    df = pd.DataFrame(rows)
+    df["real"] = df["predict"] * (1 + rng.normal(0, noise, len(df)))
+    return df
+
+
+def _funnel(seed: int) -> pd.DataFrame:
+    """Visits and orders per leaf in two periods; each channel has its own conversion rate."""
+    rng = np.random.default_rng(seed)
+    rate = {"app": 0.06, "web": 0.03, "store": 0.09, "partner": 0.02}
+    rows = []
+    for r in REGIONS:
+        for c in CHANNELS:
+            for d in DEVICES:
+                visits = float(rng.integers(20_000, 40_000))
+                rows.append(
+                    {
+                        "region": r,
+                        "channel": c,
+                        "device": d,
+                        "visits_base": visits,
+                        "visits_cur": visits * (1 + rng.normal(0, 0.01)),
+                        "rate_base": rate[c] * (1 + rng.normal(0, 0.01)),
+                        "rate_cur": rate[c] * (1 + rng.normal(0, 0.01)),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def _with_orders(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df["orders_base"] = df["visits_base"] * df["rate_base"]
+    df["orders_cur"] = df["visits_cur"] * df["rate_cur"]
+    return df
+
+
+# ------------------------------------------------------------------------------------------
+# Additive metrics
+# ------------------------------------------------------------------------------------------
+
+
+def test_single_dimension_root_cause_ranked_first() -> None:
+    df = _leaf_table(1)
+    df.loc[df["region"] == "East", "real"] *= 0.6
+    result = attribute_change(df, DIMS, "predict", "real")
+    assert [rc.element for rc in result.root_causes] == [{"region": "East"}]
+    assert result.candidates[0].element == {"region": "East"}
+    assert result.candidates[0].selected
+    assert result.root_causes[0].share == pytest.approx(1.0, abs=0.1)
+    assert result.root_causes[0].relative_change == pytest.approx(-0.4, abs=0.03)
+    assert "region=East" in result.explanation
+
+
+def test_two_dimensional_root_causes() -> None:
+    df = _leaf_table(2)
+    east_app = (df["region"] == "East") & (df["channel"] == "app")
+    west_web = (df["region"] == "West") & (df["channel"] == "web")
+    df.loc[east_app, "real"] *= 0.5
+    df.loc[west_web, "real"] *= 0.7
+    result = attribute_change(df, DIMS, "predict", "real")
+    assert _as_set([rc.element for rc in result.root_causes]) == _as_set(
+        [{"region": "East", "channel": "app"}, {"region": "West", "channel": "web"}]
+    )
+    # The stronger cause comes first, and the shares add up to (about) the whole change.
+    assert result.root_causes[0].element == {"region": "East", "channel": "app"}
+    assert result.explained_share == pytest.approx(1.0, abs=0.15)
+
+
+def test_no_deviation_asserts_nothing() -> None:
+    result = attribute_change(_leaf_table(3), DIMS, "predict", "real")
+    assert result.root_causes == []
+    assert "no root cause" in result.explanation.lower()
+
+
+@pytest.mark.parametrize("layer", [1, 2, 3])
+def test_synthetic_cases_exact_match(layer: int) -> None:
+    for seed in range(3):
+        case = make_root_cause_case(100 * layer + seed, layer=layer)
+        result = attribute_change(case.leaves, case.dimensions, "predict", "real")
+        assert _as_set([rc.element for rc in result.root_causes]) == _as_set(case.root_causes)
+
+
+def test_candidates_are_ranked_and_result_serializes() -> None:
+    df = _leaf_table(4)
+    df.loc[df["channel"] == "store", "real"] *= 1.5
+    result = attribute_change(df, DIMS, "predict", "real")
+    scores = [c.score for c in result.candidates]
+    assert scores == sorted(scores, reverse=True)
+    assert len(result.candidates) >= len(result.root_causes)
+    round_trip = AttributionResult.model_validate(json.loads(result.model_dump_json()))
+    assert round_trip == result
+
+
+def test_invalid_arguments() -> None:
+    df = _leaf_table(5)
+    with pytest.raises(ValueError, match="columns not found"):
+        attribute_change(df, ["region", "nope"], "predict", "real")
+    with pytest.raises(ValueError, match="baseline_column"):
+        attribute_change(df, DIMS)
+    with pytest.raises(ValueError, match="both numerator and denominator"):
+        attribute_change(df, DIMS, numerator=("predict", "real"))
+
+
+# ------------------------------------------------------------------------------------------
+# Ratio metrics: rate effect vs mix effect
+# ------------------------------------------------------------------------------------------
+
+
+def _ratio(df: pd.DataFrame) -> AttributionResult:
+    return attribute_change(
+        df,
+        DIMS,
+        numerator=("orders_base", "orders_cur"),
+        denominator=("visits_base", "visits_cur"),
+        metric_name="conversion rate",
+    )
+
+
+def test_share_grew_rate_unchanged_is_a_mix_effect() -> None:
+    df = _funnel(6)
+    store = df["channel"] == "store"  # the highest-converting channel
+    df.loc[store, "visits_cur"] *= 2.5
+    result = _ratio(_with_orders(df))
+    assert [rc.element for rc in result.root_causes] == [{"channel": "store"}]
+    cause = result.root_causes[0]
+    assert cause.effect == "mix"
+    assert cause.mix_effect > 0 and abs(cause.mix_effect) > 5 * abs(cause.rate_effect)
+    assert cause.share == pytest.approx(1.0, abs=0.1)
+    assert result.total_deviation > 0
+
+
+def test_rate_changed_share_unchanged_is_a_rate_effect() -> None:
+    df = _funnel(7)
+    east_app = (df["region"] == "East") & (df["channel"] == "app")
+    df.loc[east_app, "rate_cur"] *= 0.5
+    result = _ratio(_with_orders(df))
+    assert [rc.element for rc in result.root_causes] == [{"region": "East", "channel": "app"}]
+    cause = result.root_causes[0]
+    assert cause.effect == "rate"
+    assert cause.rate_effect < 0 and abs(cause.rate_effect) > 5 * abs(cause.mix_effect)
+    assert cause.relative_change == pytest.approx(-0.5, abs=0.03)
+    assert "its own ratio changed" in result.explanation
+
+
+def test_ratio_decomposition_is_exact() -> None:
+    # Without noise, one segment explains the whole ratio change, split into rate + mix.
+    df = _funnel(8)
+    for col in ("visits_cur", "rate_cur"):
+        df[col] = df[col.replace("cur", "base")]
+    web = df["channel"] == "web"
+    df.loc[web, "visits_cur"] *= 1.8
+    df.loc[web, "rate_cur"] *= 1.3
+    result = _ratio(_with_orders(df))
+    assert [rc.element for rc in result.root_causes] == [{"channel": "web"}]
+    cause = result.root_causes[0]
+    assert cause.effect == "rate+mix"
+    assert cause.rate_effect + cause.mix_effect == pytest.approx(result.total_deviation, rel=1e-9)
+    assert cause.share == pytest.approx(1.0, rel=1e-9)
+
+
+# ------------------------------------------------------------------------------------------
+# Input B: a long table and two periods
+# ------------------------------------------------------------------------------------------
+
+
+def _daily_long_table(seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    days = pd.date_range("2024-05-01", "2024-05-21", freq="D")
+    rows = []
+    for day in days:
+        for r in REGIONS:
+            for c in CHANNELS:
+                gmv = 1000 * (2 if c == "app" else 1) * (1 + rng.normal(0, 0.03))
+                if day >= pd.Timestamp("2024-05-15") and r == "North" and c == "web":
+                    gmv *= 0.4
+                rows.append({"day": day, "region": r, "channel": c, "gmv": gmv})
+    return pd.DataFrame(rows)
+
+
+def test_two_periods_long_table() -> None:
+    df = _daily_long_table(9)
+    result = attribute_change_between_periods(
+        df,
+        "day",
+        ["region", "channel"],
+        baseline_period=Period(start=date(2024, 5, 8), end=date(2024, 5, 14)),
+        comparison_period=Period(start=date(2024, 5, 15), end=date(2024, 5, 21)),
+        metric_column="gmv",
+    )
+    assert [rc.element for rc in result.root_causes] == [{"region": "North", "channel": "web"}]
+    assert result.root_causes[0].relative_change == pytest.approx(-0.6, abs=0.05)
+    assert result.total_deviation < 0
+    assert any("baseline 2024-05-08..2024-05-14" in note for note in result.notes)
+
+
+def test_two_periods_of_different_lengths_are_rescaled() -> None:
+    df = _daily_long_table(10)
+    result = attribute_change_between_periods(
+        df,
+        "day",
+        ["region", "channel"],
+        baseline_period=Period(start=date(2024, 5, 1), end=date(2024, 5, 14)),
+        comparison_period=Period(start=date(2024, 5, 15), end=date(2024, 5, 21)),
+        metric_column="gmv",
+    )
+    assert any("rescaled" in note for note in result.notes)
+    assert [rc.element for rc in result.root_causes] == [{"region": "North", "channel": "web"}]
+    # Per-day basis: the untouched segments do not look like a 50 % drop.
+    assert result.relative_change == pytest.approx(-0.6 * 1000 / 25_000, abs=0.01)
+
+
+def test_two_periods_ratio_metric() -> None:
+    rng = np.random.default_rng(11)
+    rows = []
+    for day in pd.date_range("2024-06-01", "2024-06-14", freq="D"):
+        for r in REGIONS:
+            for c in CHANNELS:
+                visits = 5000 * (1 + rng.normal(0, 0.02))
+                rate = 0.05 * (0.5 if day.day > 7 and r == "South" else 1.0)
+                orders = visits * rate
+                rows.append(
+                    {"day": day, "region": r, "channel": c, "visits": visits, "orders": orders}
+                )
+    result = attribute_change_between_periods(
+        pd.DataFrame(rows),
+        "day",
+        ["region", "channel"],
+        baseline_period=Period(start=date(2024, 6, 1), end=date(2024, 6, 7)),
+        comparison_period=Period(start=date(2024, 6, 8), end=date(2024, 6, 14)),
+        numerator_column="orders",
+        denominator_column="visits",
+    )
+    assert result.metric_kind == "ratio"
+    assert [rc.element for rc in result.root_causes] == [{"region": "South"}]
+    assert result.root_causes[0].effect == "rate"
+
+
+def test_period_validation() -> None:
+    with pytest.raises(ValueError):
+        Period(start=date(2024, 1, 2), end=date(2024, 1, 1))
