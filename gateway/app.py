@@ -8,6 +8,7 @@ import logging
 from aiohttp import web
 from sqlalchemy import text
 
+from adapters.feishu import FeishuAdapter
 from adapters.slack.app import SlackAdapter, SlackConfig
 from agent_core.telemetry import call_stats
 from gateway.config import Settings
@@ -18,11 +19,16 @@ from gateway.runtime import Runtime
 log = logging.getLogger(__name__)
 
 RUNTIME = web.AppKey("runtime", Runtime)
+# Long-lived platform connections (Feishu long connection, Slack Socket Mode): name → status().
+CONNECTIONS = web.AppKey("connections", dict)
 
 
 def describe_configuration(settings: Settings) -> str:
     """One line for the start-up log: what is configured and what is missing (no secrets)."""
-    platforms = ["slack" if settings.slack_configured else "slack (off)"]
+    platforms = [
+        "slack" if settings.slack_configured else "slack (off)",
+        f"feishu ({settings.feishu_mode})" if settings.feishu_configured else "feishu (off)",
+    ]
     model = f"{settings.model} via {settings.anthropic_base_url or 'api.anthropic.com'}"
     if not settings.model_configured:
         model += " (off)"
@@ -54,7 +60,10 @@ async def readyz(request: web.Request) -> web.Response:
                 await conn.execute(text("SELECT 1"))
     except Exception as exc:
         return web.json_response({"ok": False, "database": f"unreachable: {type(exc).__name__}"}, status=503)
-    return web.json_response({"ok": True, "database": "ok"})
+    connections = {name: status() for name, status in request.app[CONNECTIONS].items()}
+    states = {name: s.model_dump(mode="json") if s is not None else None for name, s in connections.items()}
+    ok = all(s is None or s.state == "connected" for s in connections.values())
+    return web.json_response({"ok": ok, "database": "ok", "connections": states}, status=200 if ok else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -89,13 +98,28 @@ def create_app(settings: Settings) -> web.Application:
     else:
         app.router.add_post("/slack/events", not_configured("Slack", "SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET"))
 
+    app[CONNECTIONS] = {}
+    feishu_config = settings.feishu()
+    feishu = FeishuAdapter(feishu_config, accept=runtime.inbox.accept) if feishu_config else None
+    if feishu is not None:
+        runtime.responders[feishu.platform] = feishu.responder
+        app.router.add_post("/feishu/events", feishu.handle)
+        if feishu_config.mode == "websocket":
+            app[CONNECTIONS]["feishu"] = feishu.status
+    else:
+        app.router.add_post("/feishu/events", not_configured("Feishu", "FEISHU_APP_ID and FEISHU_APP_SECRET"))
+
     async def on_startup(_app: web.Application) -> None:
         revision = await asyncio.to_thread(upgrade, settings.effective_database_url)
         log.info("database at revision %s", revision)
         log.info(describe_configuration(settings))
         runtime.start_dispatcher()
+        if feishu is not None:
+            await feishu.start()
 
     async def on_cleanup(_app: web.Application) -> None:
+        if feishu is not None:
+            await feishu.close()
         await runtime.close()
 
     app.on_startup.append(on_startup)

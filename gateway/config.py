@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
+
+from adapters.feishu.config import FeishuConfig
 from sqlalchemy.exc import ArgumentError
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
@@ -49,6 +51,13 @@ class Settings(BaseSettings):
     slack_require_mention_in_threads: bool = Field(
         False, validation_alias="SLACK_REQUIRE_MENTION_IN_THREADS"
     )
+
+    feishu_app_id: str | None = Field(None, validation_alias="FEISHU_APP_ID")
+    feishu_app_secret: SecretStr | None = Field(None, validation_alias="FEISHU_APP_SECRET")
+    feishu_verification_token: SecretStr | None = Field(None, validation_alias="FEISHU_VERIFICATION_TOKEN")
+    feishu_encrypt_key: SecretStr | None = Field(None, validation_alias="FEISHU_ENCRYPT_KEY")
+    feishu_domain: str = Field("https://open.feishu.cn", validation_alias="FEISHU_DOMAIN")
+    feishu_mode: Literal["webhook", "websocket"] = Field("webhook", validation_alias="FEISHU_MODE")
 
     max_upload_mb: int = Field(50, ge=1, le=2048, validation_alias="BA_MAX_UPLOAD_MB")
     max_concurrent_turns: int = Field(8, ge=1, le=256, validation_alias="BA_MAX_CONCURRENT_TURNS")
@@ -91,6 +100,10 @@ class Settings(BaseSettings):
         return bool(self.slack_bot_token and self.slack_signing_secret)
 
     @property
+    def feishu_configured(self) -> bool:
+        return bool(self.feishu_app_id and self.feishu_app_secret)
+
+    @property
     def model_configured(self) -> bool:
         return self.anthropic_api_key is not None or self.anthropic_base_url is not None
 
@@ -103,7 +116,29 @@ class Settings(BaseSettings):
             missing.append("SLACK_BOT_TOKEN")
         if not self.slack_signing_secret:
             missing.append("SLACK_SIGNING_SECRET")
+        if not self.feishu_configured:
+            missing.append("FEISHU_APP_ID/FEISHU_APP_SECRET")
         return missing
+
+    def feishu(self) -> FeishuConfig | None:
+        """The Feishu adapter's settings, or None when Feishu is not configured."""
+        if not self.feishu_configured:
+            return None
+        try:
+            return FeishuConfig(
+                app_id=self.feishu_app_id,
+                app_secret=self.feishu_app_secret,
+                verification_token=self.feishu_verification_token,
+                encrypt_key=self.feishu_encrypt_key,
+                domain=self.feishu_domain,
+                mode=self.feishu_mode,
+            )
+        except ValidationError as exc:
+            problems = "; ".join(err["msg"] for err in exc.errors())
+            raise ConfigError(
+                "invalid configuration: FEISHU_* (FEISHU_DOMAIN, FEISHU_VERIFICATION_TOKEN or "
+                f"FEISHU_ENCRYPT_KEY): {problems}"
+            ) from None
 
 
 def load_settings(**overrides: object) -> Settings:

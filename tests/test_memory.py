@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from agent_core.hooks.memory import conversation_scope, with_memory
-from agent_core.memory import MEMORY_PREAMBLE, ConversationScope, MemoryConfig, MemoryScopeName, MemoryStore
+import pytest
+
+from agent_core.memory import (
+    MEMORY_PREAMBLE,
+    ConversationScope,
+    MemoryConfig,
+    MemoryFull,
+    MemoryScopeName,
+    MemoryStore,
+)
 from agent_core.tools.base import ToolContext
 from tests.context_harness import rig
 from tests.fakes.anthropic_api import Reply, text, tool_use
@@ -120,14 +129,14 @@ def test_duplicates_size_limit_and_safe_names(tmp_path: Path) -> None:
     files = [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.md")]
     assert files == ["slack/%2E%2E%2FT1/channels/C%2F%2E%2E%2F1.md"]  # no traversal, no collision
     assert store.path("slack", "../T1", MemoryScopeName.CHANNEL, "C/../1").read_text() == "- [2024-06-01] Fiscal year starts in April. (from U1)\n"
-    for i in range(40):
-        try:
+    with pytest.raises(MemoryFull):
+        for i in range(100):
             store.append_fact(odd, MemoryScopeName.CHANNEL, f"fact {i} " + "x" * 40, author="U1", today=date(2024, 6, 1))
-        except Exception as exc:  # noqa: BLE001 - checked just below
-            assert type(exc).__name__ == "MemoryFull"
-            break
-    else:
-        raise AssertionError("the size limit was never reached")
+    assert path_size(store.path("slack", "../T1", MemoryScopeName.CHANNEL, "C/../1")) < 1024 + 100
+
+
+def path_size(path: Path) -> int:
+    return path.stat().st_size
 
 
 def test_operator_show_write_and_edit(tmp_path: Path) -> None:
