@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import anthropic
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -11,6 +12,10 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from agent_core.config import AgentConfig
 from agent_core.hooks import Hook
 from agent_core.hooks.caching import PromptCachingHook
+from agent_core.hooks.compression import CompressionHook
+from agent_core.hooks.memory import MemoryHook
+from agent_core.hooks.refocus import RefocusHook
+from agent_core.memory import MemoryStore
 from agent_core.hooks.dangling import DanglingToolCallPatch
 from agent_core.hooks.skills import SkillPolicyHook
 from agent_core.loop import AgentLoop
@@ -20,8 +25,10 @@ from agent_core.skills.loader import SkillCatalog, bundled_skills_dir, load_skil
 from agent_core.store.threads import ThreadStore
 from agent_core.subagents import DEFAULT_SUBAGENTS, TaskTool
 from agent_core.telemetry import TelemetryHook
-from agent_core.tools.base import ToolRegistry
+from agent_core.tokens import check_budget
+from agent_core.tools.base import Tool, ToolContext, ToolRegistry
 from agent_core.tools.catalog import default_tools, tools_prompt_section
+from agent_core.tools.memory_tool import MemoryTool
 from agent_core.tools.skill_tools import skill_tools
 from agent_core.tools.todo import TodoTool
 
@@ -38,7 +45,10 @@ def load_skill_catalog(config: AgentConfig) -> SkillCatalog:
 
 
 def build_agent(
-    config: AgentConfig, store: ThreadStore, sessions: async_sessionmaker[AsyncSession]
+    config: AgentConfig,
+    store: ThreadStore,
+    sessions: async_sessionmaker[AsyncSession],
+    extra_tools: Sequence[Tool] = (),
 ) -> AgentLoop:
     """An agent loop on the Anthropic Messages API with the standard tools, skills and hooks."""
     client = anthropic.AsyncAnthropic(
@@ -49,18 +59,29 @@ def build_agent(
     )
     model = ModelClient(client, config.model, config.max_tokens)
     catalog = load_skill_catalog(config)
-    tools = ToolRegistry([*default_tools(config), TodoTool(), *skill_tools(catalog)])
+    memory = MemoryStore(config.data_dir / "memory")
+    tools = ToolRegistry(
+        [*default_tools(config), TodoTool(), *skill_tools(catalog), MemoryTool(memory, sessions), *extra_tools]
+    )
+    telemetry = TelemetryHook(sessions)
 
     def subagent_hooks() -> list[Hook]:
-        return [PromptCachingHook(), TelemetryHook(sessions)]
+        return [PromptCachingHook(), telemetry]
 
     tools.register(TaskTool(model, tools, DEFAULT_SUBAGENTS, hooks=subagent_hooks))
     hooks: list[Hook] = [  # the order documented in agent_core.hooks
+        MemoryHook(memory, sessions),
         SkillPolicyHook(),
+        CompressionHook(model, config=config.compression, store=store, telemetry=telemetry),
+        RefocusHook(config.refocus),
         PromptCachingHook(),
         DanglingToolCallPatch(store),
-        TelemetryHook(sessions),
+        telemetry,
     ]
+
+    async def budget(ctx: ToolContext) -> str | None:
+        return await check_budget(config.budgets, usage=ctx.state.usage, user=ctx.user, sessions=sessions)
+
     return AgentLoop(
         model=model,
         tools=tools,
@@ -68,4 +89,5 @@ def build_agent(
         system_prompt=system_prompt(tools_prompt_section(config), catalog.system_prompt_section()),
         max_iterations=config.max_iterations,
         hooks=hooks,
+        budget=budget,
     )

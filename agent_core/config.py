@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr
+
+from agent_core.context.compression import CompressionConfig
+from agent_core.hooks.refocus import RefocusConfig
+from agent_core.tokens import BudgetConfig
 
 
 class AgentConfig(BaseModel):
@@ -17,3 +21,6 @@ class AgentConfig(BaseModel):
     model_timeout_s: float = 300.0
     data_dir: Path
     skills_dir: Path | None = None  # operator skills; override bundled ones by name
+    compression: CompressionConfig = Field(default_factory=CompressionConfig)
+    refocus: RefocusConfig = Field(default_factory=RefocusConfig)
+    budgets: BudgetConfig = Field(default_factory=BudgetConfig)

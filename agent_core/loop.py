@@ -9,17 +9,21 @@ hook; see `agent_core.hooks` for the order.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from agent_core.hooks import Hook, TurnObserver
 from agent_core.messages import Role, StandardMessage, TextBlock, ToolResultBlock, ToolUseBlock
-from agent_core.model import ModelClient, ModelResponse, ModelUnavailable
+from agent_core.model import ContextOverflow, ModelClient, ModelResponse, ModelUnavailable
 from agent_core.request import build_request
 from agent_core.store.threads import ThreadStore
 from agent_core.tools.base import ToolContext, ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)
+
+# Returns a user-facing message when a token budget is used up, else None.
+BudgetCheck = Callable[[ToolContext], Awaitable[str | None]]
 
 class TurnEnd(StrEnum):
     ANSWERED = "answered"
@@ -27,6 +31,7 @@ class TurnEnd(StrEnum):
     REFUSED = "refused"
     MAX_ITERATIONS = "max_iterations"
     MODEL_UNAVAILABLE = "model_unavailable"
+    BUDGET_EXHAUSTED = "budget_exhausted"
 
 
 @dataclass
@@ -48,6 +53,7 @@ class AgentLoop:
         system_prompt: str,
         max_iterations: int = 20,
         hooks: list[Hook] | None = None,
+        budget: BudgetCheck | None = None,
     ) -> None:
         self.model = model
         self.tools = tools
@@ -55,6 +61,7 @@ class AgentLoop:
         self.system_prompt = system_prompt
         self.max_iterations = max_iterations
         self.hooks = hooks or []
+        self.budget = budget
 
     async def run_turn(
         self,
@@ -66,13 +73,16 @@ class AgentLoop:
     ) -> TurnResult:
         """Answer `user_message` in its thread; safe to call again for the same `event_key`."""
         observer = observer or TurnObserver()
-        if not await self.store.has_event(thread_id, event_key):
-            await self.store.append(thread_id, [user_message], event_key=event_key)
+        self.store.revalidate(thread_id)
         ctx.state = await self.store.load_state(thread_id)
-        for hook in self.hooks:
+        is_new = not await self.store.has_event(thread_id, event_key)
+        for hook in self.hooks:  # before the new message: a crash may have left calls open
             await hook.before_run(await self.store.history(thread_id), ctx)
+        if is_new:
+            await self.store.append(thread_id, [user_message], event_key=event_key)
 
         model_calls = tool_calls = 0
+        overflow_retried = False
         try:
             for _ in range(self.max_iterations):
                 history = await self.store.history(thread_id)
@@ -80,21 +90,26 @@ class AgentLoop:
                 if last.role is Role.ASSISTANT:  # answered before a crash; nothing left to ask
                     return TurnResult(last.text, TurnEnd.ANSWERED, model_calls, tool_calls)
 
-                request = build_request(self.system_prompt, self.tools.specs(), history)
+                if self.budget is not None and (exhausted := await self.budget(ctx)) is not None:
+                    await self._say(thread_id, exhausted)
+                    return TurnResult(exhausted, TurnEnd.BUDGET_EXHAUSTED, model_calls, tool_calls)
+                request = build_request(
+                    self.system_prompt, self.tools.specs(), await self.store.api_history(thread_id)
+                )
                 for hook in self.hooks:
                     request = await hook.before_model(request, history, ctx)
                 try:
                     response = await self.model.complete(
                         request, on_text=observer.on_text, on_restart=observer.on_text_reset
                     )
+                except ContextOverflow as exc:
+                    if not overflow_retried and await self._shrink(history, ctx, exc):
+                        overflow_retried = True
+                        await observer.on_text_reset()
+                        continue
+                    return await self._unavailable(thread_id, exc, model_calls, tool_calls)
                 except ModelUnavailable as exc:
-                    log.error("model unavailable (ref %s): %s", exc.ref_id, exc)
-                    apology = (
-                        "Sorry, I can't reach the analysis model right now. Please try again in "
-                        f"a few minutes. (reference {exc.ref_id})"
-                    )
-                    await self._say(thread_id, apology)
-                    return TurnResult(apology, TurnEnd.MODEL_UNAVAILABLE, model_calls, tool_calls)
+                    return await self._unavailable(thread_id, exc, model_calls, tool_calls)
                 model_calls += 1
                 ctx.state.model_calls += 1
                 for hook in self.hooks:
@@ -119,6 +134,23 @@ class AgentLoop:
             return TurnResult(note, TurnEnd.MAX_ITERATIONS, model_calls, tool_calls)
         finally:
             await self.store.save_state(thread_id, ctx.state)
+
+    async def _shrink(self, history: list[StandardMessage], ctx: ToolContext, exc: ContextOverflow) -> bool:
+        shrunk = False
+        for hook in self.hooks:
+            shrunk |= await hook.on_context_overflow(history, ctx, exc.prompt_tokens, exc.limit)
+        return shrunk
+
+    async def _unavailable(
+        self, thread_id: str, exc: ModelUnavailable, model_calls: int, tool_calls: int
+    ) -> TurnResult:
+        log.error("model unavailable (ref %s): %s", exc.ref_id, exc)
+        apology = (
+            "Sorry, I can't reach the analysis model right now. Please try again in "
+            f"a few minutes. (reference {exc.ref_id})"
+        )
+        await self._say(thread_id, apology)
+        return TurnResult(apology, TurnEnd.MODEL_UNAVAILABLE, model_calls, tool_calls)
 
     async def _run_tools(
         self, calls: list[ToolUseBlock], ctx: ToolContext, observer: TurnObserver

@@ -109,15 +109,24 @@ class MemoryStore:
     def files(self, scope: ConversationScope) -> list[tuple[MemoryScopeName, Path]]:
         """The files a conversation loads, in prompt order (user memory only in its DMs)."""
         files = [
-            (MemoryScopeName.WORKSPACE, self.path(scope.platform, scope.workspace, MemoryScopeName.WORKSPACE)),
+            (
+                MemoryScopeName.WORKSPACE,
+                self.path(scope.platform, scope.workspace, MemoryScopeName.WORKSPACE),
+            ),
         ]
         if scope.is_dm:
             files.append(
-                (MemoryScopeName.USER, self.path(scope.platform, scope.workspace, MemoryScopeName.USER, scope.user))
+                (
+                    MemoryScopeName.USER,
+                    self.path(scope.platform, scope.workspace, MemoryScopeName.USER, scope.user),
+                )
             )
         else:
             files.append(
-                (MemoryScopeName.CHANNEL, self.path(scope.platform, scope.workspace, MemoryScopeName.CHANNEL, scope.channel))
+                (
+                    MemoryScopeName.CHANNEL,
+                    self.path(scope.platform, scope.workspace, MemoryScopeName.CHANNEL, scope.channel),
+                )
             )
         return files
 
@@ -173,7 +182,7 @@ class MemoryStore:
         path = self.path(scope.platform, scope.workspace, target, name)
         fact = clean_fact(fact, self.config.max_fact_chars)
         existing = _read(path)
-        if fact.casefold() in existing.casefold():
+        if fact.casefold() in _recorded_facts(existing):
             return False
         if len(existing.encode()) >= self.config.max_file_bytes:
             raise MemoryFull(f"{target} memory is full ({self.config.max_file_bytes:,} bytes)")
@@ -202,7 +211,9 @@ class MemoryStore:
         shown = [f"==> {p} <==\n{_read(p).rstrip() or '(empty)'}" for p in paths]
         return "\n\n".join(shown) or f"(no {scope} memory in {platform}/{workspace})"
 
-    def write(self, platform: str, workspace: str, scope: MemoryScopeName, name: str | None, text: str) -> Path:
+    def write(
+        self, platform: str, workspace: str, scope: MemoryScopeName, name: str | None, text: str
+    ) -> Path:
         """``ba-agent memory edit --set TEXT``: replace a scope's file (atomically)."""
         path = self.path(platform, workspace, scope, name)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -217,7 +228,12 @@ class MemoryStore:
         return path
 
     def edit(
-        self, platform: str, workspace: str, scope: MemoryScopeName, name: str | None, editor: str | None = None
+        self,
+        platform: str,
+        workspace: str,
+        scope: MemoryScopeName,
+        name: str | None,
+        editor: str | None = None,
     ) -> Path:
         """``ba-agent memory edit``: open a scope's file in `editor` ($VISUAL, $EDITOR, vi)."""
         path = self.path(platform, workspace, scope, name)
@@ -232,6 +248,14 @@ def clean_fact(fact: str, limit: int) -> str:
     """One line, no leading bullet, at most `limit` characters."""
     fact = " ".join(fact.split()).lstrip("-*• ").strip()
     return fact if len(fact) <= limit else fact[: limit - 1] + "…"
+
+
+_BULLET = re.compile(r"^- \[[^\]]*\] (.*?)(?: \(from [^()]*\))?$")
+
+
+def _recorded_facts(text: str) -> set[str]:
+    """The facts of the dated bullets in a memory file, case-folded (for duplicate checks)."""
+    return {m[1].casefold() for m in map(_BULLET.match, text.splitlines()) if m}
 
 
 def _read(path: Path) -> str:

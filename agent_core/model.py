@@ -15,6 +15,7 @@ from typing import Any
 
 import anthropic
 
+from agent_core.context import is_context_overflow, overflow_sizes
 from agent_core.messages import (
     ContentBlock,
     RedactedThinkingBlock,
@@ -37,6 +38,15 @@ class ModelUnavailable(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.ref_id = new_id()[:12]
+
+
+class ContextOverflow(ModelUnavailable):
+    """The request was longer than the model's context window."""
+
+    def __init__(self, message: str, prompt_tokens: int | None, limit: int | None) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.limit = limit
 
 
 @dataclass
@@ -120,6 +130,8 @@ class ModelClient:
                     final = await stream.get_final_message()
                 break
             except anthropic.APIStatusError as exc:
+                if is_context_overflow(exc):
+                    raise ContextOverflow(str(exc), *overflow_sizes(exc)) from exc
                 streamed_error = exc.status_code < 400 and _stream_error_type(exc) in _RETRYABLE_STREAM_ERRORS
                 if streamed_error and attempt <= self._stream_retries:
                     log.warning("model stream failed (%s), retrying", _stream_error_type(exc))

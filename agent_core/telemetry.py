@@ -30,6 +30,7 @@ class TelemetryHook(Hook):
         await self._record(
             CallRecordRow(
                 thread_id=ctx.thread_id,
+                user_id=ctx.user or None,
                 kind="model",
                 name=response.model,
                 duration_ms=response.duration_ms,
@@ -45,6 +46,7 @@ class TelemetryHook(Hook):
         await self._record(
             CallRecordRow(
                 thread_id=ctx.thread_id,
+                user_id=ctx.user or None,
                 kind="tool",
                 name=call.name,
                 duration_ms=result.duration_ms,

@@ -15,12 +15,12 @@ package ships, verified against tiktoken's published SHA-256 and turned into a
 ``tiktoken.Encoding`` here: nothing is ever downloaded (``tiktoken.get_encoding`` is never
 called, so tiktoken's download-and-cache path is never reached).
 
-cl100k is not Claude's tokenizer. Claude's vocabulary is smaller (about 65k entries against
-100k), so it needs more tokens for the same text, and the gap widens for symbol-dense text.
-The factors below are a rough calibration from public side-by-side comparisons, not a
-measurement against Claude (no tokenizer for it is published); they err on the high side,
-which is the safe side for a compression trigger, and the reported usage corrects the
-estimate at every request anyway:
+cl100k is not Claude's tokenizer. Claude's tokenizers (Claude 3 had about 65k entries against
+cl100k's 100k; the one introduced with Opus 4.7 splits finer still) need more tokens for the
+same text, and the gap widens for symbol-dense text. The factors below are a rough
+calibration from public side-by-side comparisons, not a measurement against Claude (no
+tokenizer for it is published); they err on the high side, which is the safe side for a
+compression trigger, and the reported usage corrects the estimate at every request anyway:
 
 =================  =========================  ==========================================
 text               estimate                   why
@@ -254,15 +254,19 @@ class TokenCounter:
 
     def prefix(self, request: Mapping[str, Any]) -> int:
         """Estimated tokens of the request's tools and system prompt (cached by content)."""
-        key = "prefix:" + hashlib.sha256(
-            json.dumps([request.get("tools"), request.get("system")], sort_keys=True, default=str).encode()
-        ).hexdigest()
+        key = (
+            "prefix:"
+            + hashlib.sha256(
+                json.dumps(
+                    [request.get("tools"), request.get("system")], sort_keys=True, default=str
+                ).encode()
+            ).hexdigest()
+        )
         cached = self._cache.get(key)
         if cached is None:
             tools = request.get("tools") or []
             cached = sum(
-                TOOL_DEF_OVERHEAD + self.text(json.dumps(t, ensure_ascii=False), TextKind.JSON)
-                for t in tools
+                TOOL_DEF_OVERHEAD + self.text(json.dumps(t, ensure_ascii=False), TextKind.JSON) for t in tools
             )
             cached += TOOLS_PREAMBLE if tools else 0
             system = request.get("system") or ""
@@ -379,7 +383,9 @@ def billed_input_tokens(input_tokens: int, cache_write_tokens: int, cache_read_t
     return input_tokens + 1.25 * cache_write_tokens + 0.1 * cache_read_tokens
 
 
-def budget_tokens(input_tokens: int, output_tokens: int, cache_write_tokens: int, cache_read_tokens: int) -> int:
+def budget_tokens(
+    input_tokens: int, output_tokens: int, cache_write_tokens: int, cache_read_tokens: int
+) -> int:
     """Tokens as budgets count them: billed input equivalents plus output tokens.
 
     Cache reads count at a tenth, as they are billed: a long cached conversation should not
@@ -412,7 +418,7 @@ def record_usage(
     )
 
 
-def usage_lines(usage: ThreadUsage, compressions: int | None = None) -> list[str]:
+def usage_lines(usage: ThreadUsage) -> list[str]:
     """Human-readable per-thread usage, for ``ba-agent stats --thread``."""
     window = usage.context_window or FALLBACK_MODEL.context_window
     current = usage.last_context_tokens or 0
@@ -425,7 +431,7 @@ def usage_lines(usage: ThreadUsage, compressions: int | None = None) -> list[str
     return [
         f"model            {usage.model or '-'} (context window {window:,})",
         f"context          {current:,} tokens at the last request ({current / window:.0%} full)",
-        f"requests         {usage.requests:,} (compressions: {usage.compression_events if compressions is None else compressions})",
+        f"requests         {usage.requests:,} (compressions: {usage.compression_events})",
         f"input tokens     {usage.input_tokens:,} uncached, {usage.cache_write_tokens:,} cache write, "
         f"{usage.cache_read_tokens:,} cache read ({read_share:.0%} read from cache)",
         f"output tokens    {usage.output_tokens:,}",
@@ -452,9 +458,7 @@ def day_bounds(now: datetime, timezone: str) -> tuple[datetime, datetime]:
     return midnight.astimezone(UTC), (midnight + timedelta(days=1)).astimezone(UTC)
 
 
-async def user_tokens_since(
-    sessions: async_sessionmaker[AsyncSession], user: str, since: datetime
-) -> int:
+async def user_tokens_since(sessions: async_sessionmaker[AsyncSession], user: str, since: datetime) -> int:
     """Budget tokens of every model call made for `user` since `since`, across threads.
 
     Needs the ``call_records.user_id`` column (indexed with ``started_at``) written by the

@@ -157,6 +157,7 @@ def main() -> None:
             ANTHROPIC_API_KEY="bench",
             ANTHROPIC_BASE_URL=model.base_url,
             BA_LOG_LEVEL="WARNING",
+            BA_MAX_CONCURRENT_TURNS=os.environ.get("BENCH_TURNS", "8"),
         )
         ba_agent = str(Path(sys.executable).parent / "ba-agent")
         gateway_log = open(Path(tmp) / "gateway.log", "w")  # noqa: SIM115 - closed with the dir

@@ -8,8 +8,8 @@ import logging
 from aiohttp import web
 from sqlalchemy import text
 
-from adapters.feishu import FeishuAdapter
-from adapters.slack.app import SlackAdapter, SlackConfig
+from adapters.slack.app import SlackAdapter
+from adapters.slack.socket_mode import SlackSocketMode
 from agent_core.telemetry import call_stats
 from gateway.config import Settings
 from gateway.metrics import render_metrics
@@ -26,7 +26,7 @@ CONNECTIONS = web.AppKey("connections", dict)
 def describe_configuration(settings: Settings) -> str:
     """One line for the start-up log: what is configured and what is missing (no secrets)."""
     platforms = [
-        "slack" if settings.slack_configured else "slack (off)",
+        f"slack ({settings.slack_mode})" if settings.slack_configured else "slack (off)",
         f"feishu ({settings.feishu_mode})" if settings.feishu_configured else "feishu (off)",
     ]
     model = f"{settings.model} via {settings.anthropic_base_url or 'api.anthropic.com'}"
@@ -82,25 +82,31 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
 
-    if settings.slack_configured:
-        slack = SlackAdapter(
-            SlackConfig(
-                bot_token=settings.slack_bot_token,
-                signing_secret=settings.slack_signing_secret,
-                api_url=settings.slack_api_url,
-                require_mention_in_threads=settings.slack_require_mention_in_threads,
-            ),
-            accept=runtime.inbox.accept,
-            known_thread=runtime.store.is_live,
-        )
-        runtime.responders[slack.platform] = slack.responder
-        app.router.add_post("/slack/events", slack.handle)
-    else:
-        app.router.add_post("/slack/events", not_configured("Slack", "SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET"))
-
     app[CONNECTIONS] = {}
+    slack_config = settings.slack()
+    slack_socket: SlackSocketMode | None = None
+    if slack_config is not None:
+        slack = SlackAdapter(slack_config, accept=runtime.inbox.accept, known_thread=runtime.store.is_live)
+        runtime.responders[slack.platform] = slack.responder
+        app.router.add_post("/slack/events", slack.handle)  # answers 404 in socket mode
+        if slack_config.mode == "socket" and slack_config.app_token is not None:
+            slack_socket = SlackSocketMode(slack, slack_config.app_token, slack_config.api_url)
+            app[CONNECTIONS]["slack"] = slack_socket.status
+    else:
+        app.router.add_post(
+            "/slack/events",
+            not_configured(
+                "Slack", "SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (or SLACK_MODE=socket and SLACK_APP_TOKEN)"
+            ),
+        )
+
     feishu_config = settings.feishu()
-    feishu = FeishuAdapter(feishu_config, accept=runtime.inbox.accept) if feishu_config else None
+    feishu = None
+    if feishu_config is not None:
+        # lark-oapi takes seconds to import: a deployment without Feishu does not pay for it.
+        from adapters.feishu.app import FeishuAdapter
+
+        feishu = FeishuAdapter(feishu_config, accept=runtime.inbox.accept)
     if feishu is not None:
         runtime.responders[feishu.platform] = feishu.responder
         app.router.add_post("/feishu/events", feishu.handle)
@@ -114,10 +120,15 @@ def create_app(settings: Settings) -> web.Application:
         log.info("database at revision %s", revision)
         log.info(describe_configuration(settings))
         runtime.start_dispatcher()
+        runtime.scheduler.start()
+        if slack_socket is not None:
+            await slack_socket.start()
         if feishu is not None:
             await feishu.start()
 
     async def on_cleanup(_app: web.Application) -> None:
+        if slack_socket is not None:
+            await slack_socket.stop()  # first: in-flight envelopes commit and are acked
         if feishu is not None:
             await feishu.close()
         await runtime.close()

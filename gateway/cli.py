@@ -73,6 +73,28 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _memory(args: argparse.Namespace) -> int:
+    from agent_core.memory import MemoryScopeName, MemoryStore
+
+    settings = load_settings()
+    store = MemoryStore(settings.data_dir.resolve() / "memory")
+    scope = MemoryScopeName.CHANNEL if args.channel else MemoryScopeName.USER if args.user else MemoryScopeName.WORKSPACE
+    name = args.channel or args.user
+    if args.memory_command == "show":
+        print(store.show(args.platform, args.workspace, scope, name))
+    elif args.set is not None:
+        print(f"wrote {store.write(args.platform, args.workspace, scope, name, args.set)}")
+    else:
+        store.edit(args.platform, args.workspace, scope, name)
+    return 0
+
+
+def _tool_run(args: argparse.Namespace) -> int:
+    from gateway.tool_runner import run_tool
+
+    return asyncio.run(run_tool(load_settings(), args.name, args.json, args.thread))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ba-agent", description="BA-Agent Gateway")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -98,6 +120,27 @@ def build_parser() -> argparse.ArgumentParser:
     stats = commands.add_parser("stats", help="per-tool and per-model call statistics")
     stats.add_argument("--thread", help="only this conversation (thread id)")
     stats.set_defaults(func=_stats)
+
+    tool = commands.add_parser("tool", help="run agent tools outside a conversation")
+    tool_commands = tool.add_subparsers(dest="tool_command", required=True)
+    tool_run = tool_commands.add_parser("run", help="run one tool; prints its raw result as JSON")
+    tool_run.add_argument("name", help="tool name, e.g. sql_query")
+    tool_run.add_argument("--json", default="{}", help="the tool's input as a JSON object")
+    tool_run.add_argument("--thread", default="cli", help="conversation whose workspace to use")
+    tool_run.set_defaults(func=_tool_run)
+
+    memory = commands.add_parser("memory", help="show or edit the agent's memory files")
+    memory_commands = memory.add_subparsers(dest="memory_command", required=True)
+    for action in ("show", "edit"):
+        sub = memory_commands.add_parser(action, help=f"{action} one memory scope")
+        sub.add_argument("--platform", required=True, help="slack, feishu or console")
+        sub.add_argument("--workspace", required=True, help="Slack team id / Feishu tenant key")
+        who = sub.add_mutually_exclusive_group()
+        who.add_argument("--channel", help="a channel's memory (default: the workspace's)")
+        who.add_argument("--user", help="a user's memory (loaded only in their DMs)")
+        if action == "edit":
+            sub.add_argument("--set", help="replace the file with this text instead of opening $EDITOR")
+        sub.set_defaults(func=_memory)
     return parser
 
 

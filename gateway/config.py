@@ -7,13 +7,14 @@ message naming that variable. Secrets are `SecretStr` so they never show up in l
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
 from adapters.feishu.config import FeishuConfig
+from adapters.slack.app import SlackConfig
 from sqlalchemy.exc import ArgumentError
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
@@ -48,6 +49,8 @@ class Settings(BaseSettings):
     slack_bot_token: SecretStr | None = Field(None, validation_alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(None, validation_alias="SLACK_SIGNING_SECRET")
     slack_api_url: str = Field("https://slack.com/api/", validation_alias="SLACK_API_URL")
+    slack_app_token: SecretStr | None = Field(None, validation_alias="SLACK_APP_TOKEN")
+    slack_mode: Literal["http", "socket"] = Field("http", validation_alias="SLACK_MODE")
     slack_require_mention_in_threads: bool = Field(
         False, validation_alias="SLACK_REQUIRE_MENTION_IN_THREADS"
     )
@@ -58,6 +61,16 @@ class Settings(BaseSettings):
     feishu_encrypt_key: SecretStr | None = Field(None, validation_alias="FEISHU_ENCRYPT_KEY")
     feishu_domain: str = Field("https://open.feishu.cn", validation_alias="FEISHU_DOMAIN")
     feishu_mode: Literal["webhook", "websocket"] = Field("webhook", validation_alias="FEISHU_MODE")
+
+    datasources: str | None = Field(None, validation_alias="BA_DATASOURCES")
+    schedule_admins: Annotated[list[str], NoDecode] = Field(default_factory=list, validation_alias="BA_SCHEDULE_ADMINS")
+    file_ttl_hours: float = Field(24.0, gt=0, validation_alias="BA_FILE_TTL_HOURS")
+    data_size_cap_gb: float = Field(10.0, gt=0, validation_alias="BA_DATA_SIZE_CAP_GB")
+    idle_after_minutes: int = Field(120, ge=1, validation_alias="BA_IDLE_AFTER_MINUTES")
+    conversation_token_budget: int | None = Field(None, gt=0, validation_alias="BA_CONVERSATION_TOKEN_BUDGET")
+    user_daily_token_budget: int | None = Field(None, gt=0, validation_alias="BA_USER_DAILY_TOKEN_BUDGET")
+    refocus_every: int = Field(5, ge=1, validation_alias="BA_REFOCUS_EVERY")
+    compress_at: float = Field(0.8, gt=0.1, lt=1.0, validation_alias="BA_COMPRESS_AT")
 
     max_upload_mb: int = Field(50, ge=1, le=2048, validation_alias="BA_MAX_UPLOAD_MB")
     max_concurrent_turns: int = Field(8, ge=1, le=256, validation_alias="BA_MAX_CONCURRENT_TURNS")
@@ -70,6 +83,11 @@ class Settings(BaseSettings):
         if not value.endswith("/api/"):
             raise ValueError("must end in /api/ (e.g. https://slack.com/api/)")
         return value
+
+    @field_validator("schedule_admins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
 
     @field_validator("database_url")
     @classmethod
@@ -97,7 +115,8 @@ class Settings(BaseSettings):
 
     @property
     def slack_configured(self) -> bool:
-        return bool(self.slack_bot_token and self.slack_signing_secret)
+        credential = self.slack_app_token if self.slack_mode == "socket" else self.slack_signing_secret
+        return bool(self.slack_bot_token and credential)
 
     @property
     def feishu_configured(self) -> bool:
@@ -114,11 +133,30 @@ class Settings(BaseSettings):
             missing.append("ANTHROPIC_API_KEY")
         if not self.slack_bot_token:
             missing.append("SLACK_BOT_TOKEN")
-        if not self.slack_signing_secret:
+        if self.slack_mode == "http" and not self.slack_signing_secret:
             missing.append("SLACK_SIGNING_SECRET")
+        if self.slack_mode == "socket" and not self.slack_app_token:
+            missing.append("SLACK_APP_TOKEN")
         if not self.feishu_configured:
             missing.append("FEISHU_APP_ID/FEISHU_APP_SECRET")
         return missing
+
+    def slack(self) -> SlackConfig | None:
+        """The Slack adapter's settings, or None when Slack is not configured."""
+        if not self.slack_configured:
+            return None
+        try:
+            return SlackConfig(
+                bot_token=self.slack_bot_token,
+                mode=self.slack_mode,
+                signing_secret=self.slack_signing_secret,
+                app_token=self.slack_app_token,
+                api_url=self.slack_api_url,
+                require_mention_in_threads=self.slack_require_mention_in_threads,
+            )
+        except ValidationError as exc:
+            problems = "; ".join(err["msg"] for err in exc.errors())
+            raise ConfigError(f"invalid configuration: SLACK_* ({problems})") from None
 
     def feishu(self) -> FeishuConfig | None:
         """The Feishu adapter's settings, or None when Feishu is not configured."""

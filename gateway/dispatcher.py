@@ -94,10 +94,8 @@ class Dispatcher:
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self._worker(f"{self._process_id}/{i}"), name=f"dispatcher-{i}")
-            for i in range(self._concurrency)
-        ]
+        self._slots = asyncio.Semaphore(self._concurrency)
+        self._tasks = [asyncio.create_task(self._claim_loop(), name="dispatcher")]
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -105,37 +103,57 @@ class Dispatcher:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
 
-    async def _worker(self, owner: str) -> None:
+    async def _claim_loop(self) -> None:
+        """One task claims work and starts a worker per claimed thread, up to the concurrency.
+
+        A single claimer (rather than every idle worker polling) keeps the database quiet: a
+        burst of accepted events wakes one query, not one per worker.
+        """
         while True:
+            await self._slots.acquire()
             try:
-                worked = await self._work_one_thread(owner)
-            except Exception:
-                log.exception("dispatcher worker error")
-                worked = False
-            if not worked:
                 self._inbox.wakeup.clear()
+                claimed = await self._claim_thread()
+            except Exception:
+                log.exception("dispatcher could not claim work")
+                claimed = None
+            if claimed is None:
+                self._slots.release()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._inbox.wakeup.wait(), timeout=self._poll_interval_s)
+                continue
+            thread_key, owner = claimed
+            task = asyncio.create_task(self._work_thread(thread_key, owner))
+            self._tasks.append(task)
+            task.add_done_callback(self._worker_done)
 
-    async def _work_one_thread(self, owner: str) -> bool:
+    def _worker_done(self, task: asyncio.Task[None]) -> None:
+        self._slots.release()
+        if task in self._tasks:
+            self._tasks.remove(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("dispatcher worker failed", exc_info=task.exception())
+
+    async def _claim_thread(self) -> tuple[str, str] | None:
+        owner = f"{self._process_id}/{new_id()[:8]}"
         for thread_key in await self._inbox.threads_with_work():
             if await self._inbox.acquire_lease(thread_key, owner, self._lease_seconds):
-                break
-        else:
-            return False
+                return thread_key, owner
+        return None
+
+    async def _work_thread(self, thread_key: str, owner: str) -> None:
+        """Answer the thread's open events, oldest first, while holding its lease."""
         heartbeat = asyncio.create_task(self._keep_lease(thread_key, owner))
-        answered = 0
         try:
             while (row := await self._inbox.next_event(thread_key)) is not None:
                 if not await self._answer(row):
                     break  # failed: it waits for its retry time
-                answered += 1
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
             await self._inbox.release_lease(thread_key, owner)
-        return answered > 0
+            self._inbox.wakeup.set()  # the thread may have more work, or others may be waiting
 
     async def _keep_lease(self, thread_key: str, owner: str) -> None:
         while True:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Select, bindparam, delete, func, select, update
 from sqlalchemy.orm import aliased
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -23,36 +23,62 @@ from gateway.tables import EventStatus, InboundEventRow, ThreadLeaseRow
 _OPEN = (EventStatus.PENDING.value, EventStatus.PROCESSING.value)
 
 
+def _threads_with_work_statement() -> Select:
+    # Built once: constructing this select (with its alias) costs more than running it.
+    older = aliased(InboundEventRow)
+    older_open = (
+        select(older.id)
+        .where(
+            older.thread_key == InboundEventRow.thread_key,
+            older.status.in_(_OPEN),
+            older.id < InboundEventRow.id,
+        )
+        .exists()
+    )
+    return (
+        select(InboundEventRow.thread_key)
+        .where(
+            InboundEventRow.status.in_(_OPEN),
+            InboundEventRow.available_at <= bindparam("now"),
+            ~older_open,
+        )
+        .order_by(InboundEventRow.id)
+        .limit(bindparam("limit"))
+    )
+
+
+_THREADS_WITH_WORK = _threads_with_work_statement()
+
+
 class Inbox:
     """Accepts inbound messages and hands out per-thread work under leases."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+        # ON CONFLICT DO NOTHING without a target covers both unique keys (event and message).
+        self._accept_statement = (
+            self._insert(InboundEventRow).on_conflict_do_nothing().returning(InboundEventRow.id)
+        )
         self.wakeup = asyncio.Event()
 
     async def accept(self, msg: InboundMessage) -> AcceptOutcome:
         """Store `msg` unless its event or message was seen before. Commits before returning."""
         now = utcnow()
-        stmt = (
-            self._insert(InboundEventRow)
-            .values(
-                platform=msg.platform,
-                event_id=f"{msg.platform}:{msg.event_id}",
-                dedupe_key=msg.dedupe_key,
-                thread_key=str(msg.thread),
-                payload=msg.model_dump_json(),
-                status=EventStatus.PENDING.value,
-                attempts=0,
-                available_at=now,
-                created_at=now,
-                updated_at=now,
-            )
-            .on_conflict_do_nothing()
-            .returning(InboundEventRow.id)
-        )
+        row = {
+            "platform": msg.platform,
+            "event_id": f"{msg.platform}:{msg.event_id}",
+            "dedupe_key": msg.dedupe_key,
+            "thread_key": str(msg.thread),
+            "payload": msg.model_dump_json(),
+            "status": EventStatus.PENDING.value,
+            "attempts": 0,
+            "available_at": now,
+            "created_at": now,
+            "updated_at": now,
+        }
         async with self._engine.begin() as conn:
-            inserted = (await conn.execute(stmt)).first()
+            inserted = (await conn.execute(self._accept_statement, row)).first()
         if inserted is None:
             return AcceptOutcome.DUPLICATE
         self.wakeup.set()
@@ -60,28 +86,9 @@ class Inbox:
 
     async def threads_with_work(self, limit: int = 32) -> list[str]:
         """Threads whose oldest unanswered event is due, the longest-waiting first."""
-        older = aliased(InboundEventRow)
-        older_open = (
-            select(older.id)
-            .where(
-                older.thread_key == InboundEventRow.thread_key,
-                older.status.in_(_OPEN),
-                older.id < InboundEventRow.id,
-            )
-            .exists()
-        )
-        stmt = (
-            select(InboundEventRow.thread_key)
-            .where(
-                InboundEventRow.status.in_(_OPEN),
-                InboundEventRow.available_at <= utcnow(),
-                ~older_open,
-            )
-            .order_by(InboundEventRow.id)
-            .limit(limit)
-        )
         async with self._engine.connect() as conn:
-            return list((await conn.execute(stmt)).scalars())
+            result = await conn.execute(_THREADS_WITH_WORK, {"now": utcnow(), "limit": limit})
+            return list(result.scalars())
 
     async def open_events(self) -> int:
         """How many accepted events are not answered yet."""

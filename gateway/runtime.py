@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,13 @@ from agent_core.messages import InboundMessage
 from agent_core.store.db import create_engine, session_factory
 from agent_core.store.threads import ThreadStore
 from agent_core.tools.base import ToolContext
+from agent_core.context.compression import CompressionConfig
+from agent_core.hooks.refocus import RefocusConfig
+from agent_core.tokens import BudgetConfig
+from gateway.cleanup import CleanupConfig
 from gateway.config import Settings
+from gateway.scheduler import Scheduler, SchedulerConfig
+from gateway.schedules import ScheduleStore, conversation_extras, schedule_tools
 from gateway.dispatcher import Dispatcher
 from gateway.inbox import Inbox
 from gateway.outbound import OutboundLedger
@@ -37,6 +44,22 @@ def agent_config(settings: Settings) -> AgentConfig:
         model_timeout_s=settings.model_timeout_s,
         data_dir=settings.data_dir.resolve(),
         skills_dir=settings.skills_dir,
+        compression=CompressionConfig(threshold=settings.compress_at),
+        refocus=RefocusConfig(every_calls=settings.refocus_every),
+        budgets=BudgetConfig(
+            per_conversation_tokens=settings.conversation_token_budget,
+            per_user_daily_tokens=settings.user_daily_token_budget,
+        ),
+    )
+
+
+def scheduler_config(settings: Settings) -> SchedulerConfig:
+    return SchedulerConfig(
+        cleanup=CleanupConfig(
+            ttl=timedelta(hours=settings.file_ttl_hours),
+            size_cap_bytes=int(settings.data_size_cap_gb * 1024**3),
+        ),
+        idle_after=timedelta(minutes=settings.idle_after_minutes),
     )
 
 
@@ -49,6 +72,7 @@ class Runtime:
     inbox: Inbox
     ledger: OutboundLedger
     agent: AgentLoop | None
+    scheduler: Scheduler
     responders: dict[str, Responder] = field(default_factory=dict)
     dispatcher: Dispatcher | None = None
 
@@ -58,8 +82,21 @@ class Runtime:
         engine = create_engine(settings.effective_database_url)
         sessions = session_factory(engine)
         store = ThreadStore(sessions)
-        agent = build_agent(agent_config(settings), store, sessions) if settings.model_configured else None
-        return cls(settings, engine, sessions, store, Inbox(engine), OutboundLedger(engine), agent)
+        inbox = Inbox(engine)
+        responders: dict[str, Responder] = {}  # shared with the scheduler; adapters fill it
+        schedules = ScheduleStore(sessions)
+        scheduler = Scheduler(
+            engine, inbox, schedules, responders, settings.data_dir.resolve(), scheduler_config(settings)
+        )
+        tools = schedule_tools(schedules, settings.schedule_admins, on_change=scheduler.refresh)
+        agent = (
+            build_agent(agent_config(settings), store, sessions, extra_tools=tools)
+            if settings.model_configured
+            else None
+        )
+        return cls(
+            settings, engine, sessions, store, inbox, OutboundLedger(engine), agent, scheduler, responders
+        )
 
     def tool_context(self, msg: InboundMessage, thread_id: str) -> ToolContext:
         return ToolContext(
@@ -68,6 +105,7 @@ class Runtime:
             channel=msg.channel,
             user=msg.user,
             is_dm=msg.is_dm,
+            extras=conversation_extras(msg),
         )
 
     def start_dispatcher(self) -> None:
@@ -86,6 +124,7 @@ class Runtime:
         self.dispatcher.start()
 
     async def close(self) -> None:
+        await self.scheduler.stop()  # first: no new runs while the dispatcher winds down
         if self.dispatcher is not None:
             await self.dispatcher.stop()
         for responder in self.responders.values():

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from agent_core.store.db import create_engine, session_factory
+from agent_core.store.threads import ThreadStore
 from agent_core.telemetry import call_stats
+from agent_core.tokens import usage_lines
 from gateway.config import Settings
 
 
 async def print_stats(settings: Settings, thread_id: str | None) -> None:
     engine = create_engine(settings.effective_database_url)
+    sessions = session_factory(engine)
     try:
-        stats = await call_stats(session_factory(engine), thread_id)
+        stats = await call_stats(sessions, thread_id)
+        usage = (await ThreadStore(sessions).load_state(thread_id)).usage if thread_id else None
     finally:
         await engine.dispose()
     scope = f"thread {thread_id}" if thread_id else "all conversations"
@@ -23,3 +27,6 @@ async def print_stats(settings: Settings, thread_id: str | None) -> None:
         )
     if not stats:
         print("(no calls recorded yet)")
+    if usage is not None:
+        print()
+        print("\n".join(usage_lines(usage)))

@@ -1,11 +1,12 @@
-"""Tables of the gateway: the inbound event inbox, per-thread leases, the outbound ledger."""
+"""Tables of the gateway: the inbound event inbox, per-thread leases, the outbound ledger, and the
+scheduler's report schedules, per-run claims and data-file index."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import BigInteger, Column, Integer, Text
+from sqlalchemy import BigInteger, Column, Integer, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from agent_core.messages import utcnow
@@ -74,3 +75,91 @@ class OutboundDeliveryRow(SQLModel, table=True):
     attempts: int = 0
     created_at: datetime = Field(default_factory=utcnow, sa_column=utc_column())
     sent_at: datetime | None = Field(default=None, sa_column=utc_column(nullable=True))
+
+
+class ReportScheduleRow(SQLModel, table=True):
+    """A recurring report: a prompt run by the agent on a cron schedule, posted to a target.
+
+    The target is where the conversation asked for it: a channel (a new top-level post each
+    run), a thread (a reply in it) or a DM. Every run starts a fresh conversation.
+    """
+
+    __tablename__ = "report_schedules"
+
+    id: int | None = Field(
+        default=None,
+        sa_column=Column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    )
+    creator: str = Field(index=True, max_length=128)  # platform user id
+    creator_name: str | None = Field(default=None, max_length=255)
+    platform: str = Field(max_length=32)
+    workspace: str = Field(max_length=128)
+    channel: str = Field(max_length=128)  # the DM channel (or the user id on Slack) for DMs
+    thread_root: str | None = Field(default=None, max_length=128)  # None: a top-level post
+    is_dm: bool = False
+    cron: str = Field(max_length=120)  # five fields: minute hour day month day-of-week
+    tz: str = Field(max_length=64)  # IANA name the cron fields are read in
+    prompt: str = Field(sa_column=Column(Text, nullable=False))
+    enabled: bool = Field(default=True, index=True)
+    disabled_reason: str | None = Field(default=None, max_length=255)
+    consecutive_failures: int = 0
+    last_run_at: datetime | None = Field(default=None, sa_column=utc_column(nullable=True))
+    next_run_at: datetime | None = Field(default=None, sa_column=utc_column(nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=utc_column())
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class RunOutcome(StrEnum):
+    """What became of a report run's inbound event, once known."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # the schedule was off at fire time: nothing was enqueued
+
+
+class ScheduledRunRow(SQLModel, table=True):
+    """One run of a scheduled job, claimed by inserting this row.
+
+    The unique (job, fire time) pair makes the claim: of all gateway processes whose
+    schedulers fire the same job at the same time, exactly one inserts the row and runs it.
+    """
+
+    __tablename__ = "scheduled_runs"
+    __table_args__ = (UniqueConstraint("job_id", "fire_time", name="uq_scheduled_runs_job_fire"),)
+
+    id: int | None = Field(
+        default=None,
+        sa_column=Column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    )
+    job_id: str = Field(max_length=128)
+    fire_time: datetime = Field(sa_column=utc_column(index=True))
+    schedule_id: int | None = Field(  # report runs only
+        default=None, sa_column=Column(BigInteger, nullable=True, index=True)
+    )
+    owner: str = Field(max_length=128)  # the process that claimed it
+    status: str = Field(default=RunStatus.RUNNING, max_length=16)
+    error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    started_at: datetime = Field(default_factory=utcnow, sa_column=utc_column())
+    finished_at: datetime | None = Field(default=None, sa_column=utc_column(nullable=True))
+    outcome: str | None = Field(default=None, max_length=16)  # report runs, once settled
+    settled_at: datetime | None = Field(default=None, sa_column=utc_column(nullable=True))
+
+
+class DataFileRow(SQLModel, table=True):
+    """A generated workspace file (data, chart, report), indexed for the cleanup job."""
+
+    __tablename__ = "data_files"
+
+    path: str = Field(primary_key=True, max_length=1024)  # relative to the data dir, "/"-separated
+    workspace: str = Field(index=True, max_length=255)  # the conversation's workspace directory
+    thread_id: str | None = Field(default=None, max_length=64)  # when it names a known thread
+    area: str = Field(max_length=16)  # data, charts or reports
+    size_bytes: int = Field(sa_column=Column(BigInteger, nullable=False))
+    modified_at: datetime = Field(sa_column=utc_column())
+    last_access_at: datetime = Field(sa_column=utc_column(index=True))
+    seen_at: datetime = Field(sa_column=utc_column())  # last scan that found it

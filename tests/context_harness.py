@@ -74,7 +74,8 @@ def summary_reply(body: dict[str, Any]) -> Reply:
     prompt = body["messages"][-1]["content"][0]["text"]
     numbers = [line.split(" ", 1)[0] for line in prompt.splitlines() if line.startswith("#")]
     sections = "\n\n".join(f"## {s}\n- point about {s.lower()}" for s in SUMMARY_SECTIONS)
-    return Reply([text(f"{sections}\n\n(covers {numbers[0] if numbers else '-'} to {numbers[-1] if numbers else '-'})")])
+    span = f"{numbers[0]} to {numbers[-1]}" if numbers else "-"
+    return Reply([text(f"{sections}\n\n(covers {span})")])
 
 
 def analyst(body: dict[str, Any]) -> Reply:
@@ -84,7 +85,13 @@ def analyst(body: dict[str, Any]) -> Reply:
     last = body["messages"][-1]["content"]
     if any(block.get("type") == "tool_result" for block in last):
         return Reply([text("GMV fell 4.2% week over week, mostly in the East region (Apparel -11%).")])
-    return Reply([tool_use("run_sql", {"query": "SELECT day, region, category, SUM(gmv) FROM orders GROUP BY 1, 2, 3"})])
+    return Reply(
+        [
+            tool_use(
+                "run_sql", {"query": "SELECT day, region, category, SUM(gmv) FROM orders GROUP BY 1, 2, 3"}
+            )
+        ]
+    )
 
 
 class Clock:
@@ -124,7 +131,9 @@ class Rig:
     ) -> TurnResult:
         self.events += 1
         message = StandardMessage(thread_id=thread_id, role=Role.USER, content=[TextBlock(text=words)])
-        ctx = ToolContext(thread_id=thread_id, data_dir=self.data_dir, channel=channel, user=user, is_dm=is_dm)
+        ctx = ToolContext(
+            thread_id=thread_id, data_dir=self.data_dir, channel=channel, user=user, is_dm=is_dm
+        )
         return await self.loop.run_turn(thread_id, message, event_key=f"ev{self.events}", ctx=ctx)
 
     def main_requests(self) -> list[dict[str, Any]]:
@@ -147,10 +156,15 @@ async def rig(
     responder: Callable[[dict[str, Any]], Reply] = analyst,
     min_cacheable_tokens: int = 0,
     extra_tools: list[Tool] | None = None,
+    database_url: str | None = None,
 ) -> AsyncIterator[Rig]:
-    """The standard hook chain around a real AgentLoop (order as in agent_core.hooks)."""
-    url = f"sqlite:///{tmp_path / 'agent.db'}"
-    upgrade(url)
+    """The context hooks around a real AgentLoop, in the order they must run.
+
+    `database_url`: an empty migrated database (default: a new SQLite file in `tmp_path`).
+    """
+    url = database_url or f"sqlite:///{tmp_path / 'agent.db'}"
+    if database_url is None:
+        upgrade(url)
     engine = create_engine(url)
     sessions = session_factory(engine)
     store = ThreadStore(sessions)
@@ -168,11 +182,13 @@ async def rig(
         tools: list[Tool] = [FakeSqlTool(rows), TodoTool(), *(extra_tools or [])]
         if memory:
             tools.append(MemoryTool(memory_store, sessions))
-        hooks: list[Hook] = [RefocusHook(refocus)]
-        if memory:
-            hooks.append(MemoryHook(memory_store, sessions))
-        hooks += [compressor, PromptCachingHook(), DanglingToolCallPatch(store)]
-        loop = AgentLoop(model, ToolRegistry(tools), store, "You are BA-Agent, a business-analysis assistant.", hooks=hooks)
+        # The order agent_core.agent should use: compression rewrites the message list, so the
+        # reminder (which decorates it) comes after it, and caching last.
+        hooks: list[Hook] = [MemoryHook(memory_store, sessions)] if memory else []
+        hooks += [compressor, RefocusHook(refocus), PromptCachingHook(), DanglingToolCallPatch(store)]
+        loop = AgentLoop(
+            model, ToolRegistry(tools), store, "You are BA-Agent, a business-analysis assistant.", hooks=hooks
+        )
         try:
             yield Rig(fake, store, sessions, loop, model, data_dir, clock, compressor)
         finally:

@@ -3,6 +3,7 @@ history file, pruning, overflow retry and prefix stability -- through the real l
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_core.context import is_context_overflow, overflow_prompt_tokens
+from agent_core.context import is_context_overflow, overflow_sizes
 from agent_core.context.compression import (
     SUMMARY_SECTIONS,
     CompressionConfig,
@@ -47,7 +48,7 @@ from agent_core.skills.activation import ActivationFrame
 from agent_core.state import ContextState, ThreadState, Todo
 from agent_core.tokens import TokenCounter
 from agent_core.tools.base import ToolContext
-from tests.context_harness import SUMMARY_MARK, analyst, rig, summary_reply
+from tests.context_harness import SUMMARY_MARK, rig, summary_reply
 from tests.fakes.anthropic_api import HttpError, Reply, text, tool_use
 
 THREAD = "t1"
@@ -64,7 +65,9 @@ def answer(words: str) -> StandardMessage:
 
 def calls(*names: str, inputs: dict[str, Any] | None = None, thinking: bool = False) -> StandardMessage:
     blocks: list[Any] = [ThinkingBlock(thinking="hmm", signature="sig")] if thinking else []
-    blocks += [ToolUseBlock(id=f"toolu_{next(_ids)}", name=n, input=inputs or {"query": "select 1"}) for n in names]
+    blocks += [
+        ToolUseBlock(id=f"toolu_{next(_ids)}", name=n, input=inputs or {"query": "select 1"}) for n in names
+    ]
     return StandardMessage(thread_id=THREAD, role=Role.ASSISTANT, content=blocks)
 
 
@@ -109,7 +112,9 @@ def conversations(draw: st.DrawFn) -> list[StandardMessage]:
         if history[-1].role is Role.ASSISTANT:
             history.append(user("next question"))
         if kind == "step":
-            names = draw(st.lists(st.sampled_from(["run_sql", "todo", "activate_skill"]), min_size=1, max_size=3))
+            names = draw(
+                st.lists(st.sampled_from(["run_sql", "todo", "activate_skill"]), min_size=1, max_size=3)
+            )
             history += step(*names, content="x" * draw(st.integers(1, 3000)), error=draw(st.booleans()))
         elif kind == "answer_then_request":
             history += [answer("done"), user("and then?")]
@@ -130,7 +135,9 @@ def test_every_cut_point_keeps_tool_pairs_together(history: list[StandardMessage
         dropped_uses = {c.id for m in history[:cut] for c in m.tool_uses()}
         kept_results = {b.tool_use_id for m in history[cut:] for b in m.tool_results()}
         assert not dropped_uses & kept_results
-        context = ContextState(summary="<conversation_summary>…</conversation_summary>", summary_through=cut, pruned_before=cut)
+        context = ContextState(
+            summary="<conversation_summary>…</conversation_summary>", summary_through=cut, pruned_before=cut
+        )
         assert_api_valid(renderer.messages(history, context))
 
 
@@ -225,7 +232,11 @@ def test_summary_carries_requests_errors_and_active_skill_instructions() -> None
         results(activate, "# Attribution\n\nSplit the change by region, then category."),
         other,
         results(other, "# Charts\n\nUse bar charts."),
-        *step("run_sql", content=json.dumps({"error": {"message": "column gmv_net does not exist", "code": "SQL_ERROR"}}), error=True),
+        *step(
+            "run_sql",
+            content=json.dumps({"error": {"message": "column gmv_net does not exist", "code": "SQL_ERROR"}}),
+            error=True,
+        ),
         answer("It fell 4%."),
         user("break it down by channel"),
     ]
@@ -235,7 +246,10 @@ def test_summary_carries_requests_errors_and_active_skill_instructions() -> None
     carried = carried_verbatim(history, 7, state, CompressionConfig())
     assert "1. Why did GMV drop in May? Use net GMV (after refunds)." in carried
     assert "run_sql: column gmv_net does not exist (SQL_ERROR)" in carried
-    assert "Instructions of the active skill attribution (verbatim)\n# Attribution\n\nSplit the change" in carried
+    assert (
+        "Instructions of the active skill attribution (verbatim)\n# Attribution\n\nSplit the change"
+        in carried
+    )
     assert "Use bar charts" not in carried  # not active: it is forgotten instead
     assert skills_to_forget(history, 7, state) == ["charts"]
 
@@ -258,7 +272,11 @@ def strip_markers(value: Any) -> Any:
         return [
             strip_markers(v)
             for v in value
-            if not (isinstance(v, dict) and v.get("type") == "text" and v.get("text", "").startswith("<system-reminder>"))
+            if not (
+                isinstance(v, dict)
+                and v.get("type") == "text"
+                and v.get("text", "").startswith("<system-reminder>")
+            )
         ]
     return value
 
@@ -284,7 +302,9 @@ async def test_summary_replaces_old_messages_and_meets_the_contract(tmp_path: Pa
         for section in SUMMARY_SECTIONS:
             assert f"## {section}" in summary
         assert history_virtual_path(thread) in summary
-        summarized_requests = [m.text for m in history[: context.summary_through] if m.role is Role.USER and m.text]
+        summarized_requests = [
+            m.text for m in history[: context.summary_through] if m.role is Role.USER and m.text
+        ]
         for q in summarized_requests:
             assert q in summary  # the user's requests survive word for word
         # After the summary come the stored messages from the cutoff on, exactly as stored.
@@ -304,7 +324,10 @@ async def test_summary_replaces_old_messages_and_meets_the_contract(tmp_path: Pa
         assert all(f"## {s}" in system for s in SUMMARY_SECTIONS)
         prompt = calls_made[0]["messages"][0]["content"][0]["text"]
         assert "#1 user: Question 0" in prompt and "(none: this is the start" in prompt
-        assert "## User intent" in calls_made[1]["messages"][0]["content"][0]["text"].split("</previous_summary>")[0]
+        assert (
+            "## User intent"
+            in calls_made[1]["messages"][0]["content"][0]["text"].split("</previous_summary>")[0]
+        )
         # Summaries are accounted: more requests than main calls.
         assert state.usage.requests == len(r.main_requests()) + len(calls_made)
 
@@ -338,7 +361,7 @@ async def test_history_file_holds_the_summarized_messages_verbatim(tmp_path: Pat
         assert path.read_text() == before
         await append_history(r.data_dir, thread, history, 0, state.context.summary_through + 2)
         assert messages_in_file(path) == state.context.summary_through + 2
-        assert path.read_text().count(f"### 1 · user") == 1
+        assert path.read_text().count("### 1 · user") == 1
 
 
 def full_level_analyst(body: dict[str, Any]) -> Reply:
@@ -348,7 +371,9 @@ def full_level_analyst(body: dict[str, Any]) -> Reply:
     last = body["messages"][-1]["content"]
     if any(block.get("type") == "tool_result" for block in last):
         return Reply([text("Done: see the table.")])
-    return Reply([tool_use("run_sql", {"query": "SELECT * FROM daily " + "WHERE x " * 120, "output_level": "full"})])
+    return Reply(
+        [tool_use("run_sql", {"query": "SELECT * FROM daily " + "WHERE x " * 120, "output_level": "full"})]
+    )
 
 
 async def test_old_results_are_pruned_only_once_the_cache_expired(tmp_path: Path) -> None:
@@ -370,7 +395,10 @@ async def test_old_results_are_pruned_only_once_the_cache_expired(tmp_path: Path
         flat = json.dumps(sent["messages"])
         assert "pruned from the context to save space" in flat
         placeholders = [
-            b["content"] for m in sent["messages"] for b in m["content"] if b["type"] == "tool_result" and "pruned" in b["content"]
+            b["content"]
+            for m in sent["messages"]
+            for b in m["content"]
+            if b["type"] == "tool_result" and "pruned" in b["content"]
         ]
         assert placeholders and all("Complete data: /data/" in p for p in placeholders)
         # Old long inputs are shortened; recent rounds stay verbatim.
@@ -421,19 +449,26 @@ async def test_context_overflow_compresses_and_the_retry_fits(tmp_path: Path) ->
         history = await r.store.history(thread)
 
         async def prepared() -> dict[str, Any]:
-            request = build_request(r.loop.system_prompt, r.loop.tools.specs(), history)
+            request = build_request(r.loop.system_prompt, r.loop.tools.specs(), api_messages(history))
             for hook in r.loop.hooks:
                 request = await hook.before_model(request, history, ctx)
             return request
 
-        r.fake.script(HttpError(400, "invalid_request_error", "prompt is too long: 250123 tokens > 200000 maximum", should_retry=False))
+        r.fake.script(
+            HttpError(
+                400,
+                "invalid_request_error",
+                "prompt is too long: 250123 tokens > 200000 maximum",
+                should_retry=False,
+            )
+        )
         first = await prepared()
         with pytest.raises(ModelUnavailable) as failure:
             await r.model.complete(first)
         cause = failure.value.__cause__
-        assert is_context_overflow(cause) and overflow_prompt_tokens(cause) == 250123
+        assert is_context_overflow(cause) and overflow_sizes(cause) == (250123, 200000)
 
-        assert await r.compression.on_context_overflow(history, ctx, overflow_prompt_tokens(cause))
+        assert await r.compression.on_context_overflow(history, ctx, *overflow_sizes(cause))
         retry = await prepared()
         response = await r.model.complete(retry)
         assert response.stop_reason == "tool_use"
@@ -441,6 +476,18 @@ async def test_context_overflow_compresses_and_the_retry_fits(tmp_path: Path) ->
         assert len(json.dumps(retry)) < len(json.dumps(first)) / 2
         assert_api_valid(strip_markers(retry["messages"]))
         assert (await r.store.load_state(thread)).context.summary is not None  # saved at once
+
+
+async def test_a_lower_limit_reported_by_the_api_is_remembered(tmp_path: Path) -> None:
+    async with rig(tmp_path, window=1_000_000) as r:
+        thread = await r.thread()
+        for i in range(10):
+            await r.say(thread, f"Question {i}")
+        ctx = ToolContext(thread_id=thread, data_dir=r.data_dir)
+        ctx.state = await r.store.load_state(thread)
+        assert await r.compression.on_context_overflow(await r.store.history(thread), ctx, 9_000, 8_000)
+        assert r.compression.window("claude-sonnet-5-5") == 8_000
+        assert r.compression.window("claude-opus-5") == 1_000_000  # other models keep theirs
 
 
 async def test_overflow_with_nothing_left_to_summarize_gives_up(tmp_path: Path) -> None:
@@ -456,11 +503,17 @@ def test_only_prompt_too_long_counts_as_overflow() -> None:
 
     def error(status: int, kind: str, message: str) -> anthropic.APIStatusError:
         response = httpx.Response(status, request=request)
-        return anthropic.APIStatusError(message, response=response, body={"type": "error", "error": {"type": kind, "message": message}})
+        return anthropic.APIStatusError(
+            message, response=response, body={"type": "error", "error": {"type": kind, "message": message}}
+        )
 
-    assert is_context_overflow(error(400, "invalid_request_error", "prompt is too long: 201,000 tokens > 200,000 maximum"))
-    assert overflow_prompt_tokens(error(400, "invalid_request_error", "prompt is too long: 201,000 tokens > 200,000 maximum")) == 201_000
-    assert not is_context_overflow(error(400, "invalid_request_error", "messages.3: `tool_use` ids were found without `tool_result`"))
+    too_long = error(400, "invalid_request_error", "prompt is too long: 201,000 tokens > 200,000 maximum")
+    assert is_context_overflow(too_long)
+    assert overflow_sizes(too_long) == (201_000, 200_000)
+    assert overflow_sizes(error(400, "invalid_request_error", "prompt is too long")) == (None, None)
+    assert not is_context_overflow(
+        error(400, "invalid_request_error", "messages.3: `tool_use` ids were found without `tool_result`")
+    )
     assert not is_context_overflow(error(529, "overloaded_error", "Overloaded"))
     assert not is_context_overflow(ValueError("prompt is too long"))
 
@@ -475,7 +528,7 @@ async def test_prefix_is_byte_stable_between_compressions(tmp_path: Path) -> Non
         requests = r.main_requests()
         assert (await r.store.load_state(thread)).usage.compression_events >= 2
         changed = 0
-        for previous, current in zip(requests, requests[1:]):
+        for previous, current in itertools.pairwise(requests):
             assert current["system"] == previous["system"] and current["tools"] == previous["tools"]
             before = strip_markers(previous["messages"])
             after = strip_markers(current["messages"])[: len(before)]
@@ -484,5 +537,7 @@ async def test_prefix_is_byte_stable_between_compressions(tmp_path: Path) -> Non
                 assert before[0] != after[0]
         assert 0 < changed <= versions[-1]
         usage = (await r.store.load_state(thread)).usage
-        read_share = usage.cache_read_tokens / (usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens)
+        read_share = usage.cache_read_tokens / (
+            usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        )
         assert read_share > 0.6

@@ -263,8 +263,8 @@ def test_default_tools_and_stable_prompt_section(tmp_path: Path, archive: DataSo
     names = [tool.name for tool in default_tools(config, {"archive": archive})]
     assert names[0] == "sql_query"
     assert set(names) == {
-        "sql_query", "list_tables", "describe_table", "make_chart", "generate_report",
-        "ls", "read_file", "write_file", "edit_file", "grep", "glob",
+        "sql_query", "list_tables", "describe_table", "detect_anomalies", "attribute_change",
+        "make_chart", "generate_report", "ls", "read_file", "write_file", "edit_file", "grep", "glob",
     }  # fmt: skip
     assert demo_database(ToolContext(thread_id="-", data_dir=config.data_dir)).exists()
     section = tools_prompt_section(config)

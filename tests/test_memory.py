@@ -8,9 +8,9 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from agent_core.hooks.memory import conversation_scope, with_memory
 import pytest
 
+from agent_core.hooks.memory import conversation_scope, with_memory
 from agent_core.memory import (
     MEMORY_PREAMBLE,
     ConversationScope,
@@ -53,14 +53,22 @@ async def test_memory_tool_scopes_and_prompt_placement(tmp_path: Path) -> None:
         r.fake.script(*remember("user", "Prefers charts over tables."))
         await r.say(dm, "I like charts better than tables.", user="U2", channel="D9", is_dm=True)
         r.fake.script(*remember("workspace", "Our secret launch is in May."))
-        await r.say(dm, "Between us: launch is in May; remember it for everyone.", user="U2", channel="D9", is_dm=True)
+        await r.say(
+            dm, "Between us: launch is in May; remember it for everyone.", user="U2", channel="D9", is_dm=True
+        )
 
         root = r.data_dir / "memory" / "slack" / "T1"
-        assert (root / "workspace.md").read_text() == f"- [{TODAY}] GMV excludes refunds and is reported in CNY. (from U1)\n"
-        assert (root / "channels" / "C1.md").read_text() == f"- [{TODAY}] This channel tracks the East region only. (from U1)\n"
+        assert (
+            root / "workspace.md"
+        ).read_text() == f"- [{TODAY}] GMV excludes refunds and is reported in CNY. (from U1)\n"
+        assert (
+            root / "channels" / "C1.md"
+        ).read_text() == f"- [{TODAY}] This channel tracks the East region only. (from U1)\n"
         assert (root / "users" / "U2.md").read_text() == f"- [{TODAY}] Prefers charts over tables.\n"
         refused = tool_results(r.main_requests()[-1])[-1]
-        assert refused["is_error"] and "use scope 'user'" in refused["content"]  # DM cannot write shared memory
+        assert (
+            refused["is_error"] and "use scope 'user'" in refused["content"]
+        )  # DM cannot write shared memory
 
         # U2 now speaks in the channel: workspace and channel memory, never U2's DM memory.
         before = len(r.main_requests())
@@ -80,7 +88,11 @@ async def test_memory_tool_scopes_and_prompt_placement(tmp_path: Path) -> None:
         # The base prompt stays block 0 with its own breakpoint; memory is block 1, byte-stable
         # from request to request while the files do not change.
         system = in_channel["system"]
-        assert system[0] == {"type": "text", "text": r.loop.system_prompt, "cache_control": {"type": "ephemeral"}}
+        assert system[0] == {
+            "type": "text",
+            "text": r.loop.system_prompt,
+            "cache_control": {"type": "ephemeral"},
+        }
         assert r.main_requests()[before]["system"] == r.main_requests()[before + 1]["system"]
 
 
@@ -110,7 +122,9 @@ def scope(is_dm: bool = False) -> ConversationScope:
 def test_memory_is_capped_oldest_first_and_tags_are_neutralized(tmp_path: Path) -> None:
     store = MemoryStore(tmp_path, MemoryConfig(workspace_chars=300))
     for i in range(30):
-        store.append_fact(scope(), MemoryScopeName.WORKSPACE, f"fact number {i:02d}", author="U1", today=date(2024, 6, 1))
+        store.append_fact(
+            scope(), MemoryScopeName.WORKSPACE, f"fact number {i:02d}", author="U1", today=date(2024, 6, 1)
+        )
     section = store.section(scope())
     assert "fact number 29" in section and "fact number 00" not in section
     assert "older lines not shown" in section
@@ -124,14 +138,29 @@ def test_memory_is_capped_oldest_first_and_tags_are_neutralized(tmp_path: Path) 
 def test_duplicates_size_limit_and_safe_names(tmp_path: Path) -> None:
     store = MemoryStore(tmp_path, MemoryConfig(max_file_bytes=1024))
     odd = ConversationScope(platform="slack", workspace="../T1", channel="C/../1", user="U1", is_dm=False)
-    assert store.append_fact(odd, MemoryScopeName.CHANNEL, "- Fiscal year starts in April.", author="U1", today=date(2024, 6, 1))
-    assert not store.append_fact(odd, MemoryScopeName.CHANNEL, "fiscal year starts in april.", author="U2", today=date(2024, 6, 2))
+    assert store.append_fact(
+        odd, MemoryScopeName.CHANNEL, "- Fiscal year starts in April.", author="U1", today=date(2024, 6, 1)
+    )
+    assert not store.append_fact(
+        odd, MemoryScopeName.CHANNEL, "fiscal year starts in april.", author="U2", today=date(2024, 6, 2)
+    )
+    assert store.append_fact(
+        odd,
+        MemoryScopeName.CHANNEL,
+        "Fiscal year starts in April in Japan too.",
+        author="U1",
+        today=date(2024, 6, 2),
+    )  # a different fact, even if it contains a recorded one
     files = [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.md")]
     assert files == ["slack/%2E%2E%2FT1/channels/C%2F%2E%2E%2F1.md"]  # no traversal, no collision
-    assert store.path("slack", "../T1", MemoryScopeName.CHANNEL, "C/../1").read_text() == "- [2024-06-01] Fiscal year starts in April. (from U1)\n"
+    assert store.path("slack", "../T1", MemoryScopeName.CHANNEL, "C/../1").read_text().splitlines()[0] == (
+        "- [2024-06-01] Fiscal year starts in April. (from U1)"
+    )
     with pytest.raises(MemoryFull):
         for i in range(100):
-            store.append_fact(odd, MemoryScopeName.CHANNEL, f"fact {i} " + "x" * 40, author="U1", today=date(2024, 6, 1))
+            store.append_fact(
+                odd, MemoryScopeName.CHANNEL, f"fact {i} " + "x" * 40, author="U1", today=date(2024, 6, 1)
+            )
     assert path_size(store.path("slack", "../T1", MemoryScopeName.CHANNEL, "C/../1")) < 1024 + 100
 
 
@@ -142,13 +171,15 @@ def path_size(path: Path) -> int:
 def test_operator_show_write_and_edit(tmp_path: Path) -> None:
     store = MemoryStore(tmp_path)
     assert store.show("slack", "T1", MemoryScopeName.WORKSPACE).endswith("(empty)")
-    path = store.write("slack", "T1", MemoryScopeName.WORKSPACE, None, "# Team conventions\n- Weeks start on Monday.")
+    path = store.write(
+        "slack", "T1", MemoryScopeName.WORKSPACE, None, "# Team conventions\n- Weeks start on Monday."
+    )
     assert path.read_text() == "# Team conventions\n- Weeks start on Monday.\n"
     store.write("slack", "T1", MemoryScopeName.CHANNEL, "C1", "- East only")
     store.write("slack", "T1", MemoryScopeName.CHANNEL, "C2", "- West only")
     shown = store.show("slack", "T1", MemoryScopeName.CHANNEL)
     assert "C1.md <==\n- East only" in shown and "C2.md <==\n- West only" in shown
-    store.edit("slack", "T1", MemoryScopeName.USER, "U1", editor="sh -c 'echo \"- Likes charts\" >> \"$0\"'")
+    store.edit("slack", "T1", MemoryScopeName.USER, "U1", editor='sh -c \'echo "- Likes charts" >> "$0"\'')
     assert store.show("slack", "T1", MemoryScopeName.USER, "U1").endswith("- Likes charts")
     assert "Likes charts" in store.section(scope(is_dm=True))
 

@@ -25,9 +25,15 @@ def planner(body: dict[str, Any]) -> Reply:
     if SUMMARY_MARK in json.dumps(body.get("system")):
         return summary_reply(body)
     queries = sum(
-        1 for m in body["messages"] if m["role"] == "assistant" for b in m["content"] if b.get("name") == "run_sql"
+        1
+        for m in body["messages"]
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b.get("name") == "run_sql"
     )
-    planned = any(b.get("name") == "todo" for m in body["messages"] if m["role"] == "assistant" for b in m["content"])
+    planned = any(
+        b.get("name") == "todo" for m in body["messages"] if m["role"] == "assistant" for b in m["content"]
+    )
     if not planned:
         todos = [
             {"content": "GMV by category", "status": "in_progress"},
@@ -85,7 +91,9 @@ async def test_reminder_every_n_calls_at_the_end_of_the_last_user_turn(tmp_path:
 async def test_reminder_names_the_active_skill_chain(tmp_path: Path) -> None:
     async with rig(tmp_path, refocus=RefocusConfig(every_calls=1)) as r:
         thread = await r.thread()
-        state = ThreadState(model_calls=4, todos=[Todo(id=1, content="Compare regions", status="in_progress")])
+        state = ThreadState(
+            model_calls=4, todos=[Todo(id=1, content="Compare regions", status="in_progress")]
+        )
         state.skills.frames = [ActivationFrame(name="report-generation"), ActivationFrame(name="attribution")]
         await r.store.save_state(thread, state)
         await r.say(thread, "Go on with the attribution")
@@ -98,14 +106,17 @@ async def test_reminder_names_the_active_skill_chain(tmp_path: Path) -> None:
         assert "The user's current request:\nGo on with the attribution" in reminders(second)[0]
 
 
-async def test_idle_threads_get_a_reminder_on_resume(tmp_path: Path) -> None:
-    async with rig(tmp_path, refocus=RefocusConfig(every_calls=100)) as r:
+async def test_idle_threads_get_a_reminder_on_resume(tmp_path: Path, database_url: str) -> None:
+    async with rig(tmp_path, refocus=RefocusConfig(every_calls=100), database_url=database_url) as r:
         idle = await r.thread(root="1.1")
         fresh_never_answered = await r.thread(root="2.2")
         archived = await r.thread(root="3.3")
         await r.say(idle, "Weekly GMV by region")
         await r.say(archived, "Something old")
-        await r.store.append(fresh_never_answered, [StandardMessage(thread_id=fresh_never_answered, role=Role.USER, content=[TextBlock(text="hi")])])
+        await r.store.append(
+            fresh_never_answered,
+            [StandardMessage(thread_id=fresh_never_answered, role=Role.USER, content=[TextBlock(text="hi")])],
+        )
         state = await r.store.load_state(idle)
         state.todos = [Todo(id=1, content="Check refunds", status="pending")]
         await r.store.save_state(idle, state)
@@ -128,15 +139,37 @@ async def test_idle_threads_get_a_reminder_on_resume(tmp_path: Path) -> None:
         assert not (await r.store.load_state(idle)).refocus.idle_resume
 
 
-async def test_idle_flag_is_not_written_over_a_thread_touched_since(tmp_path: Path) -> None:
-    async with rig(tmp_path) as r:
+async def test_idle_flag_is_not_written_over_a_thread_touched_since(
+    tmp_path: Path, database_url: str
+) -> None:
+    async with rig(tmp_path, database_url=database_url) as r:
         thread = await r.thread()
         await r.say(thread, "Weekly GMV")
         async with r.sessions() as session:  # a turn started: its message moved updated_at
-            await session.exec(update(ThreadRow).where(ThreadRow.id == thread).values(updated_at=utcnow() + timedelta(hours=5)))
+            await session.exec(
+                update(ThreadRow)
+                .where(ThreadRow.id == thread)
+                .values(updated_at=utcnow() + timedelta(hours=5))
+            )
             await session.commit()
         assert await mark_idle_threads(r.sessions, now=utcnow() + timedelta(hours=3)) == 0
         assert not (await r.store.load_state(thread)).refocus.idle_resume
+
+
+async def test_reminder_survives_compression(tmp_path: Path) -> None:
+    """Compression re-renders the message list; the reminder is added after it, so both hold."""
+    async with rig(tmp_path, window=6_000, refocus=RefocusConfig(every_calls=2)) as r:
+        thread = await r.thread()
+        for i in range(14):
+            await r.say(thread, f"Question {i} about GMV")
+        both = [
+            req
+            for req in r.main_requests()
+            if reminders(req)
+            and req["messages"][0]["content"][0]["text"].startswith("<conversation_summary>")
+        ]
+        assert both
+        assert "Question 13 about GMV" in reminders(r.main_requests()[-1])[0]
 
 
 def test_no_reminder_when_it_would_only_repeat_the_newest_message() -> None:

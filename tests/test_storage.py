@@ -112,8 +112,9 @@ async def test_thread_store_round_trip_and_restart(engine) -> None:
     history = await fresh.history(thread_id)
     assert [m.to_api() for m in history] == [m.to_api() for m in messages]
     assert await fresh.has_event(thread_id, "e1")
-    # Another process appended meanwhile: the first store sees it incrementally.
+    # Another process appended meanwhile: at its next turn the first store sees it incrementally.
     await fresh.append(thread_id, [StandardMessage(thread_id=thread_id, role=Role.USER, content=[TextBlock(text="r")])])
+    store.revalidate(thread_id)
     assert [m.text for m in await store.history(thread_id)][-1] == "r"
 
 

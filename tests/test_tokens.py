@@ -197,11 +197,17 @@ def test_tool_blocks_are_estimated_with_their_payload(counter: TokenCounter) -> 
         content=[ToolUseBlock(id="toolu_1", name="run_sql", input={"query": "SELECT 1 " * 40})],
     )
     result = StandardMessage(
-        thread_id="t", role=Role.USER, content=[ToolResultBlock(tool_use_id="toolu_1", content="| a | b |\n" * 100)]
+        thread_id="t",
+        role=Role.USER,
+        content=[ToolResultBlock(tool_use_id="toolu_1", content="| a | b |\n" * 100)],
     )
     assert counter.message(call) > counter.text("SELECT 1 " * 40)
     assert counter.message(result) > counter.text("| a | b |\n" * 100)
-    request = {"system": "You are BA-Agent.", "tools": [{"name": "run_sql", "input_schema": {}}], "messages": [call.to_api()]}
+    request = {
+        "system": "You are BA-Agent.",
+        "tools": [{"name": "run_sql", "input_schema": {}}],
+        "messages": [call.to_api()],
+    }
     assert counter.request(request) > counter.prefix(request) > 350  # the tool-use preamble
 
 
@@ -221,10 +227,18 @@ def test_model_table_matches_longest_prefix_and_allows_overrides() -> None:
 
 def test_cost_weights_cache_writes_and_reads() -> None:
     info = ModelInfo(input_usd_per_mtok=3.0, output_usd_per_mtok=15.0)
-    cost = cost_usd(info, input_tokens=1_000_000, output_tokens=100_000, cache_read_tokens=2_000_000, cache_write_tokens=400_000)
+    cost = cost_usd(
+        info,
+        input_tokens=1_000_000,
+        output_tokens=100_000,
+        cache_read_tokens=2_000_000,
+        cache_write_tokens=400_000,
+    )
     assert cost == pytest.approx(3.0 + 1.5 + 0.6 + 1.5)
     usage = ThreadUsage()
-    record_usage(usage, info, input_tokens=100, output_tokens=10, cache_read_tokens=1000, cache_write_tokens=200)
+    record_usage(
+        usage, info, input_tokens=100, output_tokens=10, cache_read_tokens=1000, cache_write_tokens=200
+    )
     record_usage(usage, info, input_tokens=50, output_tokens=5, cache_read_tokens=0, cache_write_tokens=0)
     assert (usage.requests, usage.input_tokens, usage.cache_read_tokens) == (2, 150, 1000)
     assert usage.cost_usd == pytest.approx((150 + 250 + 100) * 3e-6 + 15 * 15e-6)
@@ -232,8 +246,12 @@ def test_cost_weights_cache_writes_and_reads() -> None:
 
 def test_long_prompts_pay_the_higher_tier() -> None:
     haiku = ModelTable().get("claude-haiku-5-5")
-    short = cost_usd(haiku, input_tokens=100_000, output_tokens=1000, cache_read_tokens=0, cache_write_tokens=0)
-    long = cost_usd(haiku, input_tokens=100_001, output_tokens=1000, cache_read_tokens=0, cache_write_tokens=0)
+    short = cost_usd(
+        haiku, input_tokens=100_000, output_tokens=1000, cache_read_tokens=0, cache_write_tokens=0
+    )
+    long = cost_usd(
+        haiku, input_tokens=100_001, output_tokens=1000, cache_read_tokens=0, cache_write_tokens=0
+    )
     assert short == pytest.approx((100_000 * 0.10 + 1000 * 0.50) / 1e6)
     assert long == pytest.approx(5 * (100_001 * 0.10 + 1000 * 0.50) / 1e6)
 
@@ -252,14 +270,19 @@ async def test_usage_is_persisted_per_thread_for_stats(tmp_path: Path) -> None:
         assert any("context window 50,000" in line for line in lines)
         assert any("estimated cost" in line for line in lines)
         # ThreadState round-trips through its JSON column with the new sub-models.
-        assert ThreadState.model_validate_json((await r.store.load_state(thread)).model_dump_json()).usage == usage
+        assert (
+            ThreadState.model_validate_json((await r.store.load_state(thread)).model_dump_json()).usage
+            == usage
+        )
 
 
 # --------------------------------------------------------------------------- budgets
 
 
 async def test_conversation_budget() -> None:
-    usage = ThreadUsage(input_tokens=5_000, output_tokens=1_000, cache_read_tokens=100_000, cache_write_tokens=4_000)
+    usage = ThreadUsage(
+        input_tokens=5_000, output_tokens=1_000, cache_read_tokens=100_000, cache_write_tokens=4_000
+    )
     spent = budget_tokens(5_000, 1_000, 4_000, 100_000)
     assert spent == 5_000 + 1_000 + 5_000 + 10_000
     assert await check_budget(BudgetConfig(), usage=usage) is None
@@ -283,7 +306,9 @@ async def test_user_daily_budget_sums_calls_across_threads(tmp_path: Path) -> No
     engine = create_engine(url)
     # The proposed migration: call_records.user_id (nullable, indexed with started_at).
     async with engine.begin() as conn:
-        columns = await conn.run_sync(lambda c: [col["name"] for col in inspect(c).get_columns("call_records")])
+        columns = await conn.run_sync(
+            lambda c: [col["name"] for col in inspect(c).get_columns("call_records")]
+        )
         if "user_id" not in columns:
             await conn.execute(text("ALTER TABLE call_records ADD COLUMN user_id VARCHAR(128)"))
     sessions = session_factory(engine)
@@ -297,7 +322,16 @@ async def test_user_daily_budget_sums_calls_across_threads(tmp_path: Path) -> No
     try:
         async with sessions() as session:
             for thread, _user, started, tin, tout in rows:
-                session.add(CallRecordRow(thread_id=thread, kind="model", name="m", started_at=started, input_tokens=tin, output_tokens=tout))
+                session.add(
+                    CallRecordRow(
+                        thread_id=thread,
+                        kind="model",
+                        name="m",
+                        started_at=started,
+                        input_tokens=tin,
+                        output_tokens=tout,
+                    )
+                )
             await session.commit()
         async with engine.begin() as conn:
             for thread, user, _started, tin, _tout in rows:
@@ -309,7 +343,11 @@ async def test_user_daily_budget_sums_calls_across_threads(tmp_path: Path) -> No
         assert await user_tokens_since(sessions, "U1", start) == 3300
         config = BudgetConfig(per_user_daily_tokens=3300)
         message = await check_budget(config, usage=ThreadUsage(), user="U1", sessions=sessions, now=now)
-        assert message is not None and "today's token budget" in message and "resets at midnight UTC (in 9 h 0 min)" in message
+        assert (
+            message is not None
+            and "today's token budget" in message
+            and "resets at midnight UTC (in 9 h 0 min)" in message
+        )
         assert await check_budget(config, usage=ThreadUsage(), user="U3", sessions=sessions, now=now) is None
     finally:
         await engine.dispose()

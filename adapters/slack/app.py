@@ -1,8 +1,10 @@
-"""The Slack Events API endpoint: slack-bolt verifies and parses, the inbox stores.
+"""Slack events in: slack-bolt verifies and parses, the inbox stores.
 
-Bolt runs with `process_before_response=True` so the listener — which commits the message to
-the inbox — finishes before Slack gets its 200. The listener does nothing slow: no Web API call
-happens on this path (bolt's own auth.test is made once and cached).
+Events arrive either over HTTP (POST /slack/events, `SlackAdapter.handle`) or over Socket Mode
+(`adapters.slack.socket_mode.SlackSocketMode`, which feeds the same bolt app). Bolt runs with
+`process_before_response=True` so the listener — which commits the message to the inbox —
+finishes before Slack gets its 200 or its envelope ack. The listener does nothing slow: no Web
+API call happens on this path (bolt's own auth.test is made once and cached).
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, SecretStr, field_validator, model_validator
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
@@ -31,14 +33,37 @@ KnownThread = Callable[[ThreadKey], Awaitable[bool]]
 
 
 class SlackConfig(BaseModel):
+    """One Slack app. `mode` picks how events arrive; each mode needs its own credential."""
+
     bot_token: SecretStr
-    signing_secret: SecretStr
+    # "http": Slack POSTs events to /slack/events, verified with `signing_secret`.
+    # "socket": the app dials out over Socket Mode with the app-level `app_token` (no public URL).
+    mode: Literal["http", "socket"] = "http"
+    signing_secret: SecretStr | None = None
+    app_token: SecretStr | None = None
     api_url: str = "https://slack.com/api/"
     require_mention_in_threads: bool = False
 
+    @field_validator("signing_secret", "app_token", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # An env var set to "" means "not configured", not "an empty secret".
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _credential_for_mode(self) -> SlackConfig:
+        if self.mode == "http" and self.signing_secret is None:
+            raise ValueError("http mode needs the signing secret (SLACK_SIGNING_SECRET)")
+        if self.mode == "socket":
+            token = self.app_token.get_secret_value() if self.app_token else ""
+            if not token.startswith("xapp-"):
+                raise ValueError("socket mode needs an app-level token, xapp-… (SLACK_APP_TOKEN)")
+        return self
+
 
 class SlackAdapter:
-    """Slack over HTTP: the `/slack/events` handler and the responder."""
+    """Slack: the bolt app with the event listeners, the `/slack/events` handler (HTTP mode) and
+    the responder. In socket mode `SlackSocketMode` delivers events to `bolt` instead."""
 
     platform = "slack"
 
@@ -51,7 +76,9 @@ class SlackAdapter:
         self.responder = SlackResponder(self.client)
         self.bolt = AsyncApp(
             client=self.client,
-            signing_secret=config.signing_secret.get_secret_value(),
+            # Socket mode has no signing secret: "" (not None, which makes bolt read the
+            # environment); `handle` refuses HTTP deliveries in that mode.
+            signing_secret=config.signing_secret.get_secret_value() if config.signing_secret else "",
             process_before_response=True,
         )
         self.bolt.event("app_mention")(self._on_message)
@@ -62,6 +89,9 @@ class SlackAdapter:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """aiohttp handler for POST /slack/events."""
+        if self.config.mode != "http":
+            # Without a signing secret nothing posted here can be verified.
+            return web.json_response({"ok": False, "error": "slack runs in socket mode"}, status=404)
         bolt_response = await self.bolt.async_dispatch(await to_bolt_request(request))
         return await to_aiohttp_response(bolt_response)
 

@@ -108,8 +108,11 @@ class SlackResponder:
                 channel=msg.channel, ts=msg.reply_in_thread, include_all_metadata=True, limit=200
             )
         else:
+            # Our answer came after the message was received (a scheduled run's message id is
+            # not a Slack timestamp, so the receive time is the bound).
+            oldest = f"{msg.received_at.timestamp() - 1:.6f}"
             response = await self._client.conversations_history(
-                channel=msg.channel, oldest=msg.message_id, include_all_metadata=True, limit=200
+                channel=msg.channel, oldest=oldest, include_all_metadata=True, limit=200
             )
         found: set[int] = set()
         for message in response.get("messages", []):

@@ -39,8 +39,10 @@ def is_context_overflow(exc: BaseException) -> bool:
     return error_type == "invalid_request_error" and bool(_TOO_LONG.search(message))
 
 
-def overflow_prompt_tokens(exc: anthropic.APIStatusError) -> int | None:
-    """The prompt size the API reported in a context-overflow error, if it said
+def overflow_sizes(exc: anthropic.APIStatusError) -> tuple[int | None, int | None]:
+    """The prompt size and the limit the API reported in a context-overflow error, if it said
     ("prompt is too long: 208310 tokens > 200000 maximum")."""
     match = _TOKENS.search(_error_fields(exc)[1])
-    return int(match[1].replace(",", "")) if match else None
+    if not match:
+        return None, None
+    return int(match[1].replace(",", "")), int(match[2].replace(",", ""))

@@ -187,9 +187,13 @@ def choose_cutoff(
         position += 1
     cut = starts[position]
     request = latest_request_index(history)
-    if request is not None and floor < request < cut and request in starts:
-        if suffix[request - floor] <= budget:
-            cut = request
+    if (
+        request is not None
+        and floor < request < cut
+        and request in starts
+        and suffix[request - floor] <= budget
+    ):
+        cut = request
     return cut
 
 
@@ -209,9 +213,14 @@ def _has_thinking(message: StandardMessage) -> bool:
     return any(isinstance(b, ThinkingBlock | RedactedThinkingBlock) for b in message.content)
 
 
+def _prunable_result(block: ToolResultBlock, config: CompressionConfig) -> bool:
+    # Errors are kept whole: what went wrong must stay visible until it is summarized.
+    return not block.is_error and len(block.content) >= config.prune_min_chars
+
+
 def is_prunable(message: StandardMessage, config: CompressionConfig) -> bool:
     """Whether pruning would change how `message` is sent."""
-    if any(len(b.content) >= config.prune_min_chars for b in message.tool_results()):
+    if any(_prunable_result(b, config) for b in message.tool_results()):
         return True
     # Assistant turns with thinking are left intact: their blocks are signed as a whole.
     return not _has_thinking(message) and any(
@@ -219,7 +228,9 @@ def is_prunable(message: StandardMessage, config: CompressionConfig) -> bool:
     )
 
 
-def prune_mark(history: Sequence[StandardMessage], state: ContextState, upto: int, config: CompressionConfig) -> int:
+def prune_mark(
+    history: Sequence[StandardMessage], state: ContextState, upto: int, config: CompressionConfig
+) -> int:
     """The new ``pruned_before`` for pruning everything before `upto`: unchanged if moving it
     would change no bytes (so the cached prefix is not invalidated for nothing)."""
     start = max(state.pruned_before, state.summary_through)
@@ -251,11 +262,7 @@ def _shorten(value: Any, limit: int) -> Any:
 def pruned_placeholder(tool: str, content: str) -> str:
     """What an old large tool result is sent as: its size, its data files and first lines."""
     files = sorted(set(_FILE_REF.findall(content)))
-    where = (
-        f"Complete data: {', '.join(files)}."
-        if files
-        else "Run the call again if you need its details."
-    )
+    where = f"Complete data: {', '.join(files)}." if files else "Run the call again if you need its details."
     head = "\n".join(content[:400].splitlines()[:5])
     return (
         f"[Older result of {tool}, pruned from the context to save space "
@@ -282,14 +289,17 @@ class ContextRenderer:
         cached = self._pruned.get(message.id)
         if cached is None:
             names = {c.id: c.name for c in previous.tool_uses()} if previous else {}
-            cached = {"role": message.role.value, "content": [self._block(b, names, message) for b in message.content]}
+            cached = {
+                "role": message.role.value,
+                "content": [self._block(b, names, message) for b in message.content],
+            }
             self._pruned[message.id] = cached
             while len(self._pruned) > self._cache_size:
                 self._pruned.popitem(last=False)
         return cached
 
     def _block(self, block: Any, names: dict[str, str], message: StandardMessage) -> dict[str, Any]:
-        if isinstance(block, ToolResultBlock) and len(block.content) >= self.config.prune_min_chars:
+        if isinstance(block, ToolResultBlock) and _prunable_result(block, self.config):
             tool = names.get(block.tool_use_id, "a tool")
             content = pruned_placeholder(tool, block.content)
             return {**block.model_dump(), "content": content}
@@ -350,7 +360,8 @@ def transcript_lines(messages: Sequence[StandardMessage], first_number: int, exc
                 parts.append(block.text)
             elif isinstance(block, ToolUseBlock):
                 names[block.id] = block.name
-                parts.append(f"[calls {block.name}: {_excerpt(json.dumps(block.input, ensure_ascii=False), excerpt_chars)}]")
+                payload = _excerpt(json.dumps(block.input, ensure_ascii=False), excerpt_chars)
+                parts.append(f"[calls {block.name}: {payload}]")
             elif isinstance(block, ToolResultBlock):
                 status = "ERROR from" if block.is_error else "result of"
                 tool = names.get(block.tool_use_id, "a tool")
@@ -371,7 +382,9 @@ def _excerpt(text: str, limit: int) -> str:
 
 def ensure_sections(summary: str) -> str:
     """The summary with every required section present (missing ones added as empty)."""
-    missing = [s for s in SUMMARY_SECTIONS if not re.search(rf"^#+\s*{re.escape(s)}\s*$", summary, re.M | re.I)]
+    missing = [
+        s for s in SUMMARY_SECTIONS if not re.search(rf"^#+\s*{re.escape(s)}\s*$", summary, re.M | re.I)
+    ]
     return summary.rstrip() + "".join(f"\n\n## {s}\n- (none recorded)" for s in missing)
 
 
@@ -401,7 +414,10 @@ class Summarizer:
                 f"</previous_summary>\n\n<transcript>\n{chunk}\n</transcript>\n\n"
                 "Write the updated summary covering the previous summary and the transcript."
             )
-            request = {"system": system, "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}]}
+            request = {
+                "system": system,
+                "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
+            }
             response = await self._model.complete(request, model=self._config.summary_model)
             responses.append(response)
             text = "\n".join(b.text for b in response.content if isinstance(b, TextBlock)).strip()

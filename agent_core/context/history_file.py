@@ -79,9 +79,7 @@ def messages_in_file(path: Path) -> int:
     return int(markers[-1]) if markers else 0
 
 
-def _append(
-    path: Path, thread_id: str, history: Sequence[StandardMessage], start: int, end: int
-) -> None:
+def _append(path: Path, thread_id: str, history: Sequence[StandardMessage], start: int, end: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     have = messages_in_file(path)
     first = max(start, have)

@@ -5,15 +5,16 @@ see each tool call before and after it runs. The loop calls hooks in list order;
 hooks may rewrite what they receive and return it. The standard chain is assembled in
 `agent_core.agent.build_agent`, in this order (each entry says what it is for):
 
-1. todo / refocus  — restate the goal and open todos every few rounds (context only)
-2. memory          — durable facts loaded into the stable prompt prefix
-3. skills          — allowed-tools enforcement and model override of the active skill
-4. files           — large tool results go to files (the tool pipeline does the eviction)
-5. sub-agents      — the `task` tool (a tool, so it has no hook of its own)
-6. compression     — keep the context under its threshold before each model call
-7. prompt caching  — cache breakpoints so each call reads the previous conversation from cache
-8. dangling patch  — answer an interrupted tool_use with a "cancelled" tool_result (before run)
-9. telemetry       — record every model and tool call
+1. memory          — durable facts as a second, stable system block
+2. skills          — allowed-tools enforcement and model override of the active skill
+   (files — large tool results go to files — and sub-agents — the `task` tool — are tools,
+   handled by the tool pipeline, so they have no hook of their own)
+3. compression     — prune, then summarize, to keep the context under its threshold
+4. refocus         — restate the goal, active skill and open todos every few rounds; after
+                     compression, which rebuilds the message list (context only, never posted)
+5. prompt caching  — cache breakpoints so each call reads the previous conversation from cache
+6. dangling patch  — answer an interrupted tool_use with a "cancelled" tool_result (before run)
+7. telemetry       — record every model and tool call
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ class Hook:
 
     async def after_tool(self, call: ToolUseBlock, result: ToolResult, ctx: ToolContext) -> ToolResult:
         return result
+
+    async def on_context_overflow(
+        self, history: list[StandardMessage], ctx: ToolContext, prompt_tokens: int | None, limit: int | None
+    ) -> bool:
+        """The API said the request was too long; return True if the next request will be shorter."""
+        return False
 
 
 class TurnObserver:

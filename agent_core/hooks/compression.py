@@ -17,11 +17,17 @@ expire: the cache is about to be invalidated by a summary anyway, and pruning lo
 After a model call it adds the reported usage to the thread's totals and cost, and keeps the
 ground truth for the next estimate. When the API still rejects a request as too long, the
 loop calls `on_context_overflow`, which compresses harder, and retries once.
+
+Order: this hook replaces the request's message list, so hooks that decorate messages (the
+refocus reminder) must run after it, and prompt caching after both; hooks that change the
+system prompt (memory) or the model (skills) run before it, so its estimate sees them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -83,10 +89,15 @@ class CompressionHook(Hook):
         self._store = store
         self._telemetry = telemetry
         self._clock = clock
+        self._warm = False
+        self._learned_windows: dict[str, int] = {}  # limits the API reported below the table's
 
     # ----------------------------------------------------------------- hook interface
 
     async def before_run(self, history: list[StandardMessage], ctx: ToolContext) -> None:
+        if not self._warm:  # load the BPE (~0.3 s) off the event loop, once
+            await asyncio.to_thread(getattr, self.counter, "encoding")
+            self._warm = True
         ctx.context_fill = ctx.state.usage.fill
 
     async def before_model(
@@ -124,23 +135,35 @@ class CompressionHook(Hook):
         ctx.context_fill = usage.fill
 
     async def on_context_overflow(
-        self, history: Sequence[StandardMessage], ctx: ToolContext, reported_tokens: int | None = None
+        self,
+        history: Sequence[StandardMessage],
+        ctx: ToolContext,
+        prompt_tokens: int | None = None,
+        limit: int | None = None,
     ) -> bool:
         """The API rejected the request as too long: compress harder. True if what is sent
-        changed, so one retry makes sense."""
+        changed, so one retry makes sense.
+
+        `prompt_tokens` and `limit` are the sizes the error reported, if any. A limit below the
+        model table's window (a misconfigured table) is remembered for the model, so later
+        requests compress in time instead of overflowing again.
+        """
         state = ctx.state
         before = state.context.version
+        model = state.usage.model or self._model.model
         log.warning(
-            "thread %s: context overflow (%s tokens reported, %s estimated); compressing",
+            "thread %s: context overflow (%s of %s tokens; %s at the last accepted request); compressing",
             ctx.thread_id,
-            reported_tokens,
+            prompt_tokens,
+            limit,
             state.usage.last_context_tokens,
         )
+        if limit is not None and limit < self.window(model):
+            self._learned_windows[model] = limit
         starts = round_starts(history)
         if starts:
             self._prune(history, state, starts[-1])  # everything but the newest round
-        window = self.window(state.usage.model)
-        await self._summarize(history, ctx, window, force=True)
+        await self._summarize(history, ctx, self.window(model), force=True)
         changed = state.context.version != before
         if changed and self._store is not None:
             await self._store.save_state(ctx.thread_id, state)
@@ -150,9 +173,12 @@ class CompressionHook(Hook):
 
     def window(self, model: str | None) -> int:
         """The context window of `model` (the agent's model when None)."""
-        return self.models.get(model or self._model.model).context_window
+        model = model or self._model.model
+        return min(self.models.get(model).context_window, self._learned_windows.get(model, sys.maxsize))
 
-    def estimate(self, request: dict[str, Any], history: Sequence[StandardMessage], state: ThreadState) -> int:
+    def estimate(
+        self, request: dict[str, Any], history: Sequence[StandardMessage], state: ThreadState
+    ) -> int:
         """Tokens of the next request: ground truth plus what was stored since, when the last
         request was rendered the same way; otherwise a full offline estimate."""
         usage = state.usage
@@ -223,7 +249,12 @@ class CompressionHook(Hook):
         context.compressed_at = self._clock()
         state.usage.compression_events += 1
         state.skills.forget_injected(skills_to_forget(history, cut, state))
-        log.info("thread %s: summarized messages 1-%d (compression %d)", ctx.thread_id, cut, state.usage.compression_events)
+        log.info(
+            "thread %s: summarized messages 1-%d (compression %d)",
+            ctx.thread_id,
+            cut,
+            state.usage.compression_events,
+        )
         if self._store is not None:
             await self._store.save_state(ctx.thread_id, state)
         return True

@@ -18,12 +18,12 @@ from sqlmodel import select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.hooks import Hook
+from agent_core.hooks.caching import EPHEMERAL
 from agent_core.memory import ConversationScope, MemoryStore
 from agent_core.messages import StandardMessage
 from agent_core.store.tables import ThreadRow
 from agent_core.tools.base import ToolContext
 
-EPHEMERAL = {"type": "ephemeral"}
 _SCOPE = "memory.scope"
 _SECTION = "memory.section"
 
@@ -41,9 +41,9 @@ async def conversation_scope(
         async with sessions() as session:
             row = (
                 await session.exec(
-                    select(ThreadRow.platform, ThreadRow.workspace, ThreadRow.channel, ThreadRow.dm_owner).where(
-                        ThreadRow.id == ctx.thread_id
-                    )
+                    select(
+                        ThreadRow.platform, ThreadRow.workspace, ThreadRow.channel, ThreadRow.dm_owner
+                    ).where(ThreadRow.id == ctx.thread_id)
                 )
             ).first()
         scope = None

@@ -7,6 +7,8 @@ todos. It is appended as a text block to the last user message *of the request c
 stored, never posted to the chat, and never in the stable prefix, so the prompt cache is not
 disturbed (the block before it gets its own cache breakpoint, so the next request reads the
 cache written without the reminder).
+
+Order: after the compression hook (which replaces the message list) and before prompt caching.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.context.compression import latest_request_index
 from agent_core.hooks import Hook
+from agent_core.hooks.caching import EPHEMERAL
 from agent_core.messages import StandardMessage, utcnow
 from agent_core.state import ThreadState
 from agent_core.store.tables import ThreadRow
@@ -30,7 +33,6 @@ from agent_core.tools.base import ToolContext
 
 log = logging.getLogger(__name__)
 
-EPHEMERAL = {"type": "ephemeral"}
 _MARKS = {"pending": "[ ]", "in_progress": "[~]", "done": "[x]"}
 
 
@@ -55,10 +57,12 @@ class RefocusHook(Hook):
         idle = refocus.idle_resume
         if not idle and state.model_calls - refocus.last_reminder_call < self.config.every_calls:
             return request
+        text = reminder_text(history, state, idle=idle, max_goal_chars=self.config.max_goal_chars)
+        if text is None:  # nothing to add yet: stay due until there is
+            return request
         refocus.last_reminder_call = state.model_calls
         refocus.idle_resume = False
-        text = reminder_text(history, state, idle=idle, max_goal_chars=self.config.max_goal_chars)
-        return with_reminder(request, text) if text else request
+        return with_reminder(request, text)
 
 
 def reminder_text(

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
+from functools import partial
 from pathlib import Path
+
+import aiosqlite
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
@@ -43,13 +47,49 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001 - DBAPI 
     cursor.close()
 
 
+class _InlineSQLiteConnection(aiosqlite.Connection):
+    """aiosqlite's API, executed on the calling (event loop) thread.
+
+    An embedded SQLite statement takes tens of microseconds; handing each one to a worker
+    thread and back (aiosqlite's design) costs more than that and adds GIL hand-off jitter.
+    Safe because the process uses exactly one connection (see `create_engine`), so a statement
+    never waits for another connection's lock held by a coroutine this very loop must run.
+    """
+
+    async def _execute(self, fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if not self._running or not self._connection:
+            raise ValueError("Connection closed")
+        return fn(*args, **kwargs)
+
+    async def _connect(self) -> _InlineSQLiteConnection:
+        if self._connection is None:
+            self._connection = self._connector()
+        return self
+
+    def __await__(self):  # noqa: ANN204 - no worker thread to start
+        return self._connect().__await__()
+
+    def stop(self) -> None:
+        self._running = False
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
 def create_engine(url: str) -> AsyncEngine:
     """An async engine for `url` (plain sqlite:/// or postgresql:// URLs are fine)."""
     normalised = _normalise(url, is_async=True)
     if normalised.get_backend_name() == "sqlite":
-        # One connection: SQLite has one writer at a time anyway, and queueing in the pool
-        # (async, FIFO) is far cheaper than SQLite's lock-retry sleeps of up to 100 ms.
-        engine = create_async_engine(normalised, pool_size=1, max_overflow=0)
+        database = normalised.database or ":memory:"
+
+        async def connect() -> _InlineSQLiteConnection:
+            return await _InlineSQLiteConnection(
+                partial(sqlite3.connect, database, check_same_thread=False), iter_chunk_size=64
+            )
+
+        # One connection per process: SQLite has one writer at a time anyway; coroutines queue
+        # for it in the pool instead of in SQLite's lock-retry sleeps.
+        engine = create_async_engine(normalised, pool_size=1, max_overflow=0, async_creator=connect)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(normalised, pool_size=10, max_overflow=10, pool_pre_ping=True)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent_core.messages import StandardMessage
+from agent_core.request import api_messages
 from agent_core.state import ThreadState
 
 
@@ -14,8 +17,14 @@ class MemoryThreadStore:
         self._events: set[tuple[str, str]] = set()
         self._states: dict[str, ThreadState] = {}
 
+    def revalidate(self, thread_id: str) -> None:
+        """Nothing to check: only this process writes here."""
+
     async def history(self, thread_id: str) -> list[StandardMessage]:
         return self._messages.setdefault(thread_id, [])
+
+    async def api_history(self, thread_id: str) -> list[dict[str, Any]]:
+        return api_messages(await self.history(thread_id))
 
     async def has_event(self, thread_id: str, event_key: str) -> bool:
         return (thread_id, event_key) in self._events

@@ -59,9 +59,11 @@ class CallRecordRow(SQLModel, table=True):
     """One model call or tool call, for metrics (`ba-agent stats`, `/metrics`)."""
 
     __tablename__ = "call_records"
+    __table_args__ = (Index("ix_call_records_user_started", "user_id", "started_at"),)
 
     id: str = Field(default_factory=new_id, primary_key=True, max_length=64)
     thread_id: str = Field(index=True, max_length=64)
+    user_id: str | None = Field(default=None, max_length=128)  # for per-user daily budgets
     kind: str = Field(max_length=8)  # "model" or "tool"
     name: str = Field(index=True, max_length=128)  # the tool, or the model
     started_at: datetime = Field(default_factory=utcnow, sa_column=utc_column(index=True))

@@ -27,6 +27,7 @@ from agent_core.messages import (
     ThreadKey,
     utcnow,
 )
+from agent_core.request import append_api_message
 from agent_core.state import ThreadState
 from agent_core.store.tables import MessageRow, ThreadRow
 
@@ -51,8 +52,12 @@ def message_from_row(row: MessageRow) -> StandardMessage:
 @dataclass
 class _CachedHistory:
     messages: list[StandardMessage] = field(default_factory=list)
+    api: list[dict[str, Any]] = field(default_factory=list)  # the same, in API shape
     event_keys: set[str] = field(default_factory=set)
     last_seq: int = 0
+    # Checked against the database since the turn began: while this process holds the thread,
+    # nobody else appends, so one check per turn is enough.
+    verified: bool = False
 
 
 class ThreadStore:
@@ -116,9 +121,19 @@ class ThreadStore:
             )
             await session.commit()
 
+    def revalidate(self, thread_id: str) -> None:
+        """Check the database for newer messages on the next read (call when a turn starts)."""
+        cached = self._cache.get(thread_id)
+        if cached is not None:
+            cached.verified = False
+
     async def history(self, thread_id: str) -> list[StandardMessage]:
         """All messages of the conversation in order (a shared list: do not mutate it)."""
         return (await self._refresh(thread_id)).messages
+
+    async def api_history(self, thread_id: str) -> list[dict[str, Any]]:
+        """The conversation in Messages API shape, kept incrementally (do not mutate)."""
+        return (await self._refresh(thread_id)).api
 
     async def has_event(self, thread_id: str, event_key: str) -> bool:
         """Whether the user message of inbound event `event_key` is already stored."""
@@ -149,7 +164,9 @@ class ThreadStore:
                 update(ThreadRow).where(ThreadRow.id == thread_id).values(updated_at=utcnow())
             )
             await session.commit()
-        cached.messages.extend(messages)
+        for message in messages:
+            cached.messages.append(message)
+            append_api_message(cached.api, message)
         cached.last_seq = seq
         if event_key:
             cached.event_keys.add(event_key)
@@ -162,6 +179,8 @@ class ThreadStore:
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         self._cache.move_to_end(thread_id)
+        if cached.verified:
+            return cached
         async with self._sessions() as session:
             last_seq = (
                 await session.exec(
@@ -170,6 +189,7 @@ class ThreadStore:
                     )
                 )
             ).one()
+            cached.verified = True
             if last_seq == cached.last_seq:
                 return cached
             rows = (
@@ -180,7 +200,9 @@ class ThreadStore:
                 )
             ).all()
         for row in rows:
-            cached.messages.append(message_from_row(row))
+            message = message_from_row(row)
+            cached.messages.append(message)
+            append_api_message(cached.api, message)
             if row.event_key:
                 cached.event_keys.add(row.event_key)
             cached.last_seq = row.seq

@@ -197,6 +197,7 @@ class ToolRegistry:
         self.config = config or ToolPipelineConfig()
         self._clock = clock
         self._tools: dict[str, Tool] = {}
+        self._specs: list[dict[str, Any]] | None = None
         self._breakers: dict[str, CircuitBreaker] = {}
         self._files = DataFileStore(self.config.max_data_file_bytes)
         for tool in tools or []:
@@ -208,6 +209,7 @@ class ToolRegistry:
         if OUTPUT_LEVEL_FIELD in tool.Input.model_fields:
             raise ValueError(f"tool {tool.name!r}: {OUTPUT_LEVEL_FIELD!r} is reserved for the pipeline")
         self._tools[tool.name] = tool
+        self._specs = None
         self._breakers[tool.name] = CircuitBreaker(
             self.config.breaker_failures, self.config.breaker_cooldown_s, self._clock
         )
@@ -220,7 +222,10 @@ class ToolRegistry:
         return list(self._tools)
 
     def specs(self) -> list[dict[str, Any]]:
-        return [tool.spec(self.config.default_output_level) for tool in self._tools.values()]
+        """The tool declarations for the API, built once: they are part of the cached prefix."""
+        if self._specs is None:
+            self._specs = [tool.spec(self.config.default_output_level) for tool in self._tools.values()]
+        return self._specs
 
     async def execute_many(self, calls: list[ToolUseBlock], ctx: ToolContext) -> list[ToolResult]:
         """Run one model turn's tool calls; results come back in the order of ``calls``.

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from agent_core.config import AgentConfig
 from agent_core.data.demo import DEMO_DESCRIPTION, ensure_demo_database
 from agent_core.data.sources import DataSourceConfig
+from agent_core.tools.analytics_tools import AttributeChangeTool, DetectAnomaliesTool
 from agent_core.tools.base import Tool, ToolContext
 from agent_core.tools.charts import MakeChartTool
 from agent_core.tools.data_tools import DescribeTableTool, ListTablesTool
@@ -29,6 +30,8 @@ def default_tools(
         SqlQueryTool(sources),
         ListTablesTool(sources),
         DescribeTableTool(sources),
+        DetectAnomaliesTool(),
+        AttributeChangeTool(),
         MakeChartTool(),
         GenerateReportTool(),
         *(tool() for tool in FILE_TOOLS),

@@ -31,7 +31,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DEFAULT_AREAS: tuple[str, ...] = ("uploads", "data", "charts", "reports")
+DEFAULT_AREAS: tuple[str, ...] = ("uploads", "data", "charts", "reports", "conversation_history")
 """Top-level folders of a workspace; nothing else may be read or written."""
 
 MAX_PATH_CHARS = 1024

@@ -13,26 +13,35 @@ rate limits are HTTP 429 with ``Retry-After``; private file URLs answer an HTML 
 page unless the bot token is sent. It is lenient where Slack's answer would depend on
 state a test did not set up: any channel id exists, and messages the fake never saw
 (e.g. the user message an event was built from) can still be reacted to or linked.
+
+Socket Mode: ``apps.connections.open`` (app-level ``xapp-`` token) hands out a one-use
+``ws://`` URL to this fake; the websocket sends ``hello`` and then whatever a test pushes::
+
+    envelope_id = await fake.socket_send_event(app_mention(...))
+    await fake.wait_for_ack(envelope_id)
+    await fake.socket_drop()        # or fake.socket_go_silent()
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import mimetypes
 import secrets
 import time
+import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 
 from . import FakeServer
 
-__all__ = ["FakeSlack", "SlackCall", "SlackUpload"]
+__all__ = ["FakeSlack", "SlackCall", "SlackUpload", "SocketAck"]
 
 # Slack timestamps are unix seconds with microseconds; posts start here and step by 100us.
 _FIRST_TS_MICROS = 1_700_000_000_000_100
@@ -50,6 +59,8 @@ _MESSAGE_FIELDS = (
 )
 # Fields Slack takes as JSON strings when they arrive form- or query-encoded.
 _JSON_FIELDS = ("blocks", "attachments", "metadata", "files")
+# Methods that take the app-level token (xapp-) rather than the bot token.
+_APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
 
 _LOGIN_PAGE = (
     '<!DOCTYPE html><html lang="en-US"><head><meta charset="utf-8"><title>Slack</title></head>'
@@ -89,6 +100,24 @@ class SlackUpload:
     initial_comment: str | None
 
 
+@dataclass(frozen=True)
+class SocketAck:
+    """An acknowledgement the app sent over Socket Mode; ``at`` is ``time.monotonic()``."""
+
+    envelope_id: str
+    payload: dict[str, Any] | None
+    at: float
+
+
+@dataclass
+class _Socket:
+    """One open Socket Mode websocket."""
+
+    ws: web.WebSocketResponse
+    request: web.Request
+    silent: bool = False
+
+
 @dataclass
 class _Failure:
     error: str
@@ -111,8 +140,9 @@ class FakeSlack(FakeServer):
 
     State is public for assertions: :attr:`calls`, :attr:`messages` (everything in the
     workspace the fake knows of, in post order), :attr:`files`, :attr:`uploads`,
-    :attr:`downloads`, :attr:`assistant_status`. Seed it with :meth:`add_user`,
-    :meth:`add_channel`, :meth:`add_message` and :meth:`add_file`.
+    :attr:`downloads`, :attr:`assistant_status`, :attr:`socket_acks`,
+    :attr:`socket_connections`. Seed it with :meth:`add_user`, :meth:`add_channel`,
+    :meth:`add_message` and :meth:`add_file`.
     """
 
     def __init__(
@@ -124,9 +154,11 @@ class FakeSlack(FakeServer):
         bot_id: str = "B1",
         app_id: str = "A1",
         team_domain: str = "test-workspace",
+        app_token: str = "xapp-test",
     ) -> None:
         super().__init__()
         self.bot_token = bot_token
+        self.app_token = app_token
         self.bot_user_id = bot_user_id
         self.team_id = team_id
         self.bot_id = bot_id
@@ -141,6 +173,11 @@ class FakeSlack(FakeServer):
         self.uploads: list[SlackUpload] = []
         self.downloads: list[str] = []
         self.assistant_status: dict[tuple[str, str], str] = {}
+        self.socket_acks: list[SocketAck] = []
+        self.socket_connections = 0  # websockets ever opened
+        self._sockets: list[_Socket] = []  # open ones, oldest first
+        self._socket_tickets: set[str] = set()
+        self._stall_handshakes = False
         # (channel, ts) -> reaction name -> user ids; kept apart from messages so messages
         # the fake never stored (user posts from events) can be reacted to.
         self.reactions: dict[tuple[str, str], dict[str, list[str]]] = defaultdict(dict)
@@ -167,6 +204,7 @@ class FakeSlack(FakeServer):
             "files.getUploadURLExternal": self._files_get_upload_url,
             "files.completeUploadExternal": self._files_complete_upload,
             "files.info": self._files_info,
+            "apps.connections.open": self._apps_connections_open,
         }
         self.add_user(bot_user_id, "BA Agent", name="ba-agent", is_bot=True)
 
@@ -275,6 +313,108 @@ class FakeSlack(FakeServer):
         """
         self._failures[method].append(_Failure(error, status, retry_after, times))
 
+    # ----------------------------------------------------------------- socket mode
+
+    @property
+    def socket_open(self) -> int:
+        """Socket Mode websockets open now (silent ones included)."""
+        return len(self._sockets)
+
+    async def socket_send_event(
+        self,
+        payload: dict[str, Any],
+        retry_attempt: int = 0,
+        retry_reason: str | None = None,
+        *,
+        envelope_id: str | None = None,
+        timeout: float = 5,
+    ) -> str:
+        """Deliver an ``events_api`` envelope (``payload``: an event_callback, e.g. from
+        ``slack_events.app_mention``) on the newest live websocket; return its envelope id.
+
+        Like Slack, it waits (up to ``timeout``) for a live connection rather than losing the
+        event; silent connections are skipped. A redelivery passes ``retry_attempt >= 1``
+        (``retry_reason`` then defaults to ``"timeout"``) and may reuse ``envelope_id``.
+        """
+        await self._wait_until(
+            lambda: self._live_socket() is not None, timeout, "a live socket mode connection"
+        )
+        socket = self._live_socket()
+        assert socket is not None
+        envelope_id = envelope_id or str(uuid.uuid4())
+        await socket.ws.send_json(
+            {
+                "envelope_id": envelope_id,
+                "payload": payload,
+                "type": "events_api",
+                "accepts_response_payload": False,
+                "retry_attempt": retry_attempt,
+                "retry_reason": retry_reason or ("timeout" if retry_attempt else ""),
+            }
+        )
+        return envelope_id
+
+    async def socket_drop(self, *, abort: bool = False) -> None:
+        """End every open websocket: with a close frame, or (``abort=True``) by cutting the TCP
+        connection without one, as a network failure would."""
+        for socket in list(self._sockets):
+            if abort:
+                socket.request.transport.abort()  # type: ignore[union-attr]
+            else:
+                await socket.ws.close()
+
+    async def socket_send_disconnect(self, reason: str = "refresh_requested") -> None:
+        """Ask the app to move to a new connection, as Slack does every few hours; the app is
+        expected to open one and close this one."""
+        socket = self._live_socket()
+        if socket is None:
+            raise RuntimeError("no live socket mode connection")
+        await socket.ws.send_json(
+            {"type": "disconnect", "reason": reason, "debug_info": {"host": "applink-fake"}}
+        )
+
+    def socket_go_silent(self) -> None:
+        """Make the open websockets silent: no pongs, no events, acks ignored, TCP kept open.
+
+        Connections opened afterwards behave normally.
+        """
+        for socket in self._sockets:
+            socket.silent = True
+
+    def socket_stall_handshakes(self, stall: bool = True) -> None:
+        """Hold websocket handshakes unanswered (TCP accepted, no upgrade) until called with
+        ``False``; handshakes already waiting then complete."""
+        self._stall_handshakes = stall
+
+    def acks_of(self, envelope_id: str) -> list[SocketAck]:
+        """The app's acknowledgements of ``envelope_id`` (more than one if it was redelivered)."""
+        return [ack for ack in self.socket_acks if ack.envelope_id == envelope_id]
+
+    async def wait_for_ack(self, envelope_id: str, count: int = 1, timeout: float = 5) -> SocketAck:
+        """Wait until the app acknowledged ``envelope_id`` ``count`` times; return the last ack."""
+        await self._wait_until(
+            lambda: len(self.acks_of(envelope_id)) >= count, timeout, f"ack of {envelope_id}"
+        )
+        return self.acks_of(envelope_id)[-1]
+
+    async def wait_for_socket_connections(self, count: int, timeout: float = 5) -> None:
+        """Wait until ``count`` websockets were opened in all and one of them is live."""
+        await self._wait_until(
+            lambda: self.socket_connections >= count and self._live_socket() is not None,
+            timeout,
+            f"socket mode connection #{count}",
+        )
+
+    def _live_socket(self) -> _Socket | None:
+        live = [s for s in self._sockets if not s.silent and not s.ws.closed]
+        return live[-1] if live else None
+
+    async def close(self) -> None:
+        # Open websockets would hold up the server's shutdown.
+        for socket in list(self._sockets):
+            socket.request.transport.abort()  # type: ignore[union-attr]
+        await super().close()
+
     # ----------------------------------------------------------------- inspection
 
     def calls_to(self, method: str) -> list[SlackCall]:
@@ -320,6 +460,7 @@ class FakeSlack(FakeServer):
             web.get("/files-pri/{team_file}/{name}", self._download),
             web.get("/files-pri/{team_file}/download/{name}", self._download),
             web.get("/files-redirected/{file_id}/{name}", self._download_redirected),
+            web.get("/socket", self._socket),
         ]
 
     async def _api(self, request: web.Request) -> web.Response:
@@ -343,8 +484,11 @@ class FakeSlack(FakeServer):
         )
         if not token:
             return self._json({"ok": False, "error": "not_authed"})
-        if token != self.bot_token:
-            return self._json({"ok": False, "error": "invalid_auth"})
+        expected = self.app_token if method in _APP_TOKEN_METHODS else self.bot_token
+        if token != expected:
+            wrong_kind = token in (self.app_token, self.bot_token)
+            error = "not_allowed_token_type" if wrong_kind else "invalid_auth"
+            return self._json({"ok": False, "error": error})
 
         handler = self._methods.get(method)
         if handler is None:
@@ -436,6 +580,11 @@ class FakeSlack(FakeServer):
     @staticmethod
     def _ok(params: dict[str, Any]) -> dict[str, Any]:
         return {}
+
+    def _apps_connections_open(self, params: dict[str, Any]) -> dict[str, Any]:
+        ticket = str(uuid.uuid4())
+        self._socket_tickets.add(ticket)
+        return {"url": f"ws://127.0.0.1:{self.port}/socket?ticket={ticket}&app_id={self.app_id}"}
 
     def _auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -739,3 +888,49 @@ class FakeSlack(FakeServer):
 
     async def _download_redirected(self, request: web.Request) -> web.Response:
         return self._serve_file(request, request.match_info["file_id"])
+
+    # ----------------------------------------------------------------- socket mode server
+
+    async def _socket(self, request: web.Request) -> web.StreamResponse:
+        ticket = request.query.get("ticket", "")
+        if ticket not in self._socket_tickets:
+            return web.Response(status=401, text="invalid or used ticket")
+        self._socket_tickets.discard(ticket)  # Slack's URLs are good for one connection
+        while self._stall_handshakes:
+            await asyncio.sleep(0.01)
+        # autoping off: answering pings is up to us, so that a silent socket can withhold them.
+        ws = web.WebSocketResponse(autoping=False)
+        await ws.prepare(request)
+        socket = _Socket(ws, request)
+        self._sockets.append(socket)
+        self.socket_connections += 1
+        try:
+            await ws.send_json(
+                {
+                    "type": "hello",
+                    "num_connections": len(self._sockets),
+                    "debug_info": {
+                        "host": "applink-fake",
+                        "build_number": 1,
+                        "approximate_connection_time": 18060,
+                    },
+                    "connection_info": {"app_id": self.app_id},
+                }
+            )
+            async for frame in ws:
+                if socket.silent:
+                    continue
+                if frame.type == WSMsgType.PING:
+                    await ws.pong(frame.data)
+                elif frame.type == WSMsgType.TEXT:
+                    self._record_ack(frame.data)
+        finally:
+            self._sockets.remove(socket)
+        return ws
+
+    def _record_ack(self, data: str) -> None:
+        message = json.loads(data)
+        if isinstance(message, dict) and message.get("envelope_id"):
+            self.socket_acks.append(
+                SocketAck(message["envelope_id"], message.get("payload"), time.monotonic())
+            )

@@ -21,6 +21,7 @@ def upgrade() -> None:
     op.create_table('call_records',
     sa.Column('id', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
     sa.Column('thread_id', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+    sa.Column('user_id', sqlmodel.sql.sqltypes.AutoString(length=128), nullable=True),
     sa.Column('kind', sqlmodel.sql.sqltypes.AutoString(length=8), nullable=False),
     sa.Column('name', sqlmodel.sql.sqltypes.AutoString(length=128), nullable=False),
     sa.Column('started_at', agent_core.store.types.UTCDateTime(timezone=True), nullable=False),
@@ -37,6 +38,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table('call_records', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_call_records_name'), ['name'], unique=False)
+        batch_op.create_index('ix_call_records_user_started', ['user_id', 'started_at'], unique=False)
         batch_op.create_index(batch_op.f('ix_call_records_started_at'), ['started_at'], unique=False)
         batch_op.create_index(batch_op.f('ix_call_records_thread_id'), ['thread_id'], unique=False)
 

@@ -1,0 +1,386 @@
+"""`detect_anomalies` and `attribute_change`: the analytics core (`agent_core.analytics`) as tools.
+
+Both read their rows either from one guarded read-only DuckDB query (the same path as
+``sql_query``: uploads by plain name, demo data as ``demo.sales``) or from a CSV/JSON file in the
+conversation's ``/data`` or ``/uploads`` area, and return the core's pydantic result unformatted;
+the tool pipeline decides how much of it the model sees. Parsing and the statistics run in a
+worker thread, so a large series never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from datetime import date
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, Field, model_validator
+
+from agent_core.analytics import (
+    AnomalyReport,
+    AttributionResult,
+    Period,
+    Sensitivity,
+    attribute_change,
+    attribute_change_between_periods,
+    detect_anomalies,
+)
+from agent_core.data.uploads import QueryResult
+from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
+from agent_core.tools.files import conversation_workspace, workspace_errors
+from agent_core.tools.sql import MAX_SQL_CHARS, query_conversation_data
+from agent_core.workspace import normalize_virtual_path
+
+MAX_INPUT_ROWS = 200_000
+MAX_INPUT_BYTES = 100 * 1024 * 1024  # of query values, and of a data file
+DATA_FILE_AREAS = ("/data/", "/uploads/")
+_SQL_HELP = (
+    "A read-only DuckDB query returning the rows to analyse (uploads by plain name, demo data "
+    "as demo.sales). Give exactly one of `sql` or `data_file`."
+)
+_FILE_HELP = (
+    "A CSV/TSV or JSON file under /data or /uploads with a header row (CSV) or a list of "
+    "objects (JSON), e.g. the /data file a large sql_query result was saved to."
+)
+
+
+# --- loading rows ----------------------------------------------------------------------------
+
+
+class _RowSource(BaseModel):
+    """Where the rows come from: exactly one of a query or a workspace file."""
+
+    sql: str | None = Field(None, min_length=1, max_length=MAX_SQL_CHARS, description=_SQL_HELP)
+    data_file: str | None = Field(None, min_length=1, max_length=1024, description=_FILE_HELP)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> _RowSource:
+        if (self.sql is None) == (self.data_file is None):
+            raise ValueError("give exactly one of `sql` or `data_file`")
+        return self
+
+
+async def _load_frame(ctx: ToolContext, source: _RowSource) -> pd.DataFrame:
+    """The rows of ``source`` as a DataFrame (values as DuckDB or the file gave them)."""
+    if source.sql is not None:
+        result = await query_conversation_data(
+            ctx, source.sql, max_rows=MAX_INPUT_ROWS, byte_cap=MAX_INPUT_BYTES
+        )
+        if result.truncated:
+            raise ToolError(
+                f"The query returned more than {MAX_INPUT_ROWS:,} rows. Aggregate it in SQL "
+                "first (one row per period, segment or leaf).",
+                ErrorType.INVALID_PARAMETERS,
+            )
+        return await asyncio.to_thread(_frame_from_result, result)
+    vpath, raw = await _read_data_file(ctx, source.data_file or "")
+    return await asyncio.to_thread(_frame_from_file, vpath, raw)
+
+
+def _frame_from_result(result: QueryResult) -> pd.DataFrame:
+    return pd.DataFrame(result.rows, columns=result.columns)
+
+
+async def _read_data_file(ctx: ToolContext, path: str) -> tuple[str, bytes]:
+    workspace = conversation_workspace(ctx)
+    with workspace_errors():
+        vpath = normalize_virtual_path(path)
+        if not vpath.startswith(DATA_FILE_AREAS):
+            raise ToolError(
+                f"{vpath}: data files must be under /data or /uploads.",
+                ErrorType.INVALID_PARAMETERS,
+            )
+        info = await workspace.stat(vpath)
+        if info.size > MAX_INPUT_BYTES:
+            raise ToolError(
+                f"{vpath} is {info.size:,} bytes; at most {MAX_INPUT_BYTES // 1024**2} MB can be "
+                "analysed. Aggregate the data with sql_query first.",
+                ErrorType.RESOURCE_ERROR,
+            )
+        return vpath, await workspace.read_bytes(vpath)
+
+
+def _frame_from_file(vpath: str, raw: bytes) -> pd.DataFrame:
+    """Parse a CSV/TSV/JSON(L) data file; every failure is a ToolError naming the file."""
+    name = vpath.rsplit("/", 1)[-1]
+    suffix = name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        try:
+            text = raw.decode("gb18030")  # the usual encoding of Chinese Excel exports
+        except UnicodeDecodeError:
+            raise ToolError(
+                f"{vpath} is not UTF-8 or GB18030 text.", ErrorType.INVALID_PARAMETERS
+            ) from None
+    try:
+        if suffix in ("csv", "tsv", "txt"):
+            frame = pd.read_csv(io.StringIO(text), sep="\t" if suffix == "tsv" else ",")
+        elif suffix in ("jsonl", "ndjson"):
+            frame = pd.DataFrame([json.loads(line) for line in text.splitlines() if line.strip()])
+        elif suffix == "json":
+            frame = _frame_from_json(json.loads(text), vpath)
+        else:
+            raise ToolError(
+                f"{vpath}: only .csv, .tsv, .json and .jsonl files can be analysed (uploaded "
+                "spreadsheets are tables: use `sql` instead).",
+                ErrorType.INVALID_PARAMETERS,
+            )
+    except (ValueError, pd.errors.ParserError) as exc:  # JSONDecodeError is a ValueError
+        raise ToolError(f"{vpath} could not be parsed: {exc}", ErrorType.INVALID_PARAMETERS) from exc
+    if len(frame) > MAX_INPUT_ROWS:
+        raise ToolError(
+            f"{vpath} has more than {MAX_INPUT_ROWS:,} rows; aggregate it first.",
+            ErrorType.INVALID_PARAMETERS,
+        )
+    return frame
+
+
+def _frame_from_json(data: Any, vpath: str) -> pd.DataFrame:
+    # The shape sql_query returns ({"columns": [...], "rows": [[...]]}) is accepted as is.
+    if isinstance(data, dict) and isinstance(data.get("columns"), list) and "rows" in data:
+        return pd.DataFrame(data["rows"], columns=data["columns"])
+    if isinstance(data, list) and all(isinstance(item, dict) for item in data):
+        return pd.DataFrame(data)
+    raise ToolError(
+        f'{vpath}: expected a list of objects (one per row), or {{"columns": [...], "rows": '
+        "[[...], ...]}.",
+        ErrorType.INVALID_PARAMETERS,
+    )
+
+
+def _require_columns(frame: pd.DataFrame, columns: list[str | None]) -> None:
+    """Fail with the available columns listed, so the model can fix the call in one step."""
+    missing = [c for c in columns if c is not None and c not in frame.columns]
+    if missing:
+        available = ", ".join(map(str, frame.columns)) or "none"
+        raise ToolError(
+            f"column(s) not found: {', '.join(missing)}. The rows have: {available}.",
+            ErrorType.INVALID_PARAMETERS,
+        )
+
+
+# --- detect_anomalies ------------------------------------------------------------------------
+
+
+class DetectAnomaliesInput(_RowSource):
+    time_column: str = Field(..., min_length=1, description="Date or timestamp column.")
+    value_column: str = Field(
+        ...,
+        min_length=1,
+        description="The metric. Rows sharing a timestamp (within a segment) are summed, so "
+        "pass ratio metrics already computed per period.",
+    )
+    segment_column: str | None = Field(
+        None,
+        min_length=1,
+        description="Optional column splitting the rows into separate series (e.g. region); "
+        "each series is checked on its own. Start with the total before splitting.",
+    )
+    sensitivity: Sensitivity = Field(
+        "medium", description="low: only very clear anomalies; high: more, weaker candidates."
+    )
+    holidays: list[date] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="Dates whose deviations are expected (public holidays, known promotions); "
+        "they are never reported.",
+    )
+
+
+class DetectAnomaliesTool(Tool):
+    name = "detect_anomalies"
+    description = (
+        "Find anomalous spikes, drops and level shifts in a metric over time, seasonality-aware "
+        "(weekly/daily cycles), optionally per segment. Input rows: one per period (and "
+        "segment), from a DuckDB query (`sql`) or a CSV/JSON file (`data_file`). Give the whole "
+        "history window, not only the period of interest. Returns each episode once at its "
+        "onset (end, peak, value vs expected, normal band, direction, severity) plus how each "
+        "series was analysed."
+    )
+    Input = DetectAnomaliesInput
+    timeout_s = 120.0
+    # Read-only: harmless to retry, and may run alongside other read-only calls.
+    idempotent = True
+    concurrency_safe = True
+
+    async def run(self, args: DetectAnomaliesInput, ctx: ToolContext) -> AnomalyReport:  # type: ignore[override]
+        frame = await _load_frame(ctx, args)
+        _require_columns(frame, [args.time_column, args.value_column, args.segment_column])
+        try:
+            return await asyncio.to_thread(
+                detect_anomalies,
+                frame,
+                args.time_column,
+                args.value_column,
+                segment_column=args.segment_column,
+                sensitivity=args.sensitivity,
+                holidays=args.holidays,
+            )
+        except (ValueError, TypeError) as exc:  # e.g. a time column that holds no dates
+            raise ToolError(str(exc), ErrorType.INVALID_PARAMETERS) from exc
+
+
+# --- attribute_change ------------------------------------------------------------------------
+
+
+class AttributeChangeInput(_RowSource):
+    dimensions: list[str] = Field(
+        ...,
+        min_length=1,
+        max_length=6,
+        description="Dimension columns to localize the change in (1-3 work best), e.g. "
+        '["region", "channel"].',
+    )
+    # Form 1: a leaf table with the additive metric in both periods.
+    baseline_column: str | None = Field(
+        None, description="Leaf table, additive metric: the baseline (previous period/forecast)."
+    )
+    actual_column: str | None = Field(None, description="Leaf table, additive metric: the actual.")
+    # Form 2: a leaf table with numerator and denominator in both periods (ratio metrics).
+    numerator_columns: list[str] | None = Field(
+        None,
+        min_length=2,
+        max_length=2,
+        description="Leaf table, ratio metric: [baseline, actual] numerator columns (e.g. "
+        "orders), with `denominator_columns`.",
+    )
+    denominator_columns: list[str] | None = Field(
+        None,
+        min_length=2,
+        max_length=2,
+        description="Leaf table, ratio metric: [baseline, actual] denominator columns.",
+    )
+    # Form 3: raw rows with a time column and two periods.
+    time_column: str | None = Field(
+        None,
+        description="Raw rows: the date column; with `baseline_period`, `comparison_period` and "
+        "`metric_column` (or `numerator_column` + `denominator_column`).",
+    )
+    baseline_period: Period | None = Field(None, description="Raw rows: inclusive date range.")
+    comparison_period: Period | None = Field(None, description="Raw rows: inclusive date range.")
+    metric_column: str | None = Field(
+        None,
+        description="Raw rows, additive metric. A baseline of a different length is rescaled "
+        "to the comparison period's number of days.",
+    )
+    numerator_column: str | None = Field(None, description="Raw rows, ratio metric: numerator.")
+    denominator_column: str | None = Field(None, description="Raw rows, ratio metric: denominator.")
+    metric_name: str | None = Field(
+        None, max_length=80, description="How to call the metric in the explanation, e.g. GMV."
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> AttributeChangeInput:
+        additive = self.baseline_column is not None or self.actual_column is not None
+        ratio = self.numerator_columns is not None or self.denominator_columns is not None
+        periods = any(
+            value is not None
+            for value in (
+                self.time_column,
+                self.baseline_period,
+                self.comparison_period,
+                self.metric_column,
+                self.numerator_column,
+                self.denominator_column,
+            )
+        )
+        if additive + ratio + periods != 1:
+            raise ValueError(
+                "use exactly one form: baseline_column + actual_column; or numerator_columns + "
+                "denominator_columns; or time_column + baseline_period + comparison_period with "
+                "metric_column (or numerator_column + denominator_column)"
+            )
+        if additive and (self.baseline_column is None or self.actual_column is None):
+            raise ValueError("give both baseline_column and actual_column")
+        if ratio and (self.numerator_columns is None or self.denominator_columns is None):
+            raise ValueError("give both numerator_columns and denominator_columns")
+        if periods:
+            if None in (self.time_column, self.baseline_period, self.comparison_period):
+                raise ValueError("give time_column, baseline_period and comparison_period together")
+            has_ratio = self.numerator_column is not None or self.denominator_column is not None
+            if (self.metric_column is not None) == has_ratio:
+                raise ValueError(
+                    "with periods, give metric_column, or numerator_column and denominator_column"
+                )
+            if has_ratio and (self.numerator_column is None or self.denominator_column is None):
+                raise ValueError("give both numerator_column and denominator_column")
+        return self
+
+    def columns(self) -> list[str | None]:
+        """Every column the chosen form reads."""
+        pairs = [*(self.numerator_columns or ()), *(self.denominator_columns or ())]
+        return [
+            *self.dimensions,
+            self.baseline_column,
+            self.actual_column,
+            *pairs,
+            self.time_column,
+            self.metric_column,
+            self.numerator_column,
+            self.denominator_column,
+        ]
+
+
+class AttributeChangeTool(Tool):
+    name = "attribute_change"
+    description = (
+        "Explain why a metric changed: find the dimension=value combinations (e.g. region=East "
+        "China & channel=app) that carry the deviation, with their contribution and share. "
+        "Rows come from a DuckDB query (`sql`) or a CSV/JSON file (`data_file`) in one of three "
+        "forms: a leaf table with baseline_column + actual_column (additive metric); a leaf "
+        "table with numerator_columns + denominator_columns, each [baseline, actual] (ratio "
+        "metric: rate vs mix effects); or raw rows with time_column, baseline_period, "
+        "comparison_period and metric_column (or numerator_column + denominator_column)."
+    )
+    Input = AttributeChangeInput
+    timeout_s = 120.0
+    # Read-only: harmless to retry, and may run alongside other read-only calls.
+    idempotent = True
+    concurrency_safe = True
+
+    async def run(self, args: AttributeChangeInput, ctx: ToolContext) -> AttributionResult:  # type: ignore[override]
+        frame = await _load_frame(ctx, args)
+        _require_columns(frame, args.columns())
+        try:
+            return await asyncio.to_thread(_attribute, frame, args)
+        except (ValueError, TypeError) as exc:  # e.g. a period without rows
+            raise ToolError(str(exc), ErrorType.INVALID_PARAMETERS) from exc
+
+
+def _attribute(frame: pd.DataFrame, args: AttributeChangeInput) -> AttributionResult:
+    if args.time_column is not None:
+        assert args.baseline_period is not None and args.comparison_period is not None
+        result = attribute_change_between_periods(
+            frame,
+            args.time_column,
+            args.dimensions,
+            args.baseline_period,
+            args.comparison_period,
+            args.metric_column,
+            numerator_column=args.numerator_column,
+            denominator_column=args.denominator_column,
+        )
+        # The core names the metric after its column here; the explanation starts with it.
+        default = args.metric_column or f"{args.numerator_column}/{args.denominator_column}"
+        if args.metric_name is None or not result.explanation.startswith(default):
+            return result
+        explanation = args.metric_name + result.explanation[len(default) :]
+        return result.model_copy(update={"explanation": explanation})
+    return attribute_change(
+        frame,
+        args.dimensions,
+        args.baseline_column,
+        args.actual_column,
+        numerator=_pair(args.numerator_columns),
+        denominator=_pair(args.denominator_columns),
+        metric_name=args.metric_name or "The metric",
+    )
+
+
+def _pair(columns: list[str] | None) -> tuple[str, str] | None:
+    """[baseline, actual] as the core's (baseline, actual) tuple."""
+    return (columns[0], columns[1]) if columns else None
+
