@@ -7,14 +7,15 @@ message naming that variable. Secrets are `SecretStr` so they never show up in l
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
-from adapters.feishu.config import FeishuConfig
-from adapters.slack.app import SlackConfig
+if TYPE_CHECKING:
+    from adapters.feishu.config import FeishuConfig
+    from adapters.slack.app import SlackConfig
 from sqlalchemy.exc import ArgumentError
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
@@ -145,6 +146,8 @@ class Settings(BaseSettings):
         """The Slack adapter's settings, or None when Slack is not configured."""
         if not self.slack_configured:
             return None
+        from adapters.slack.app import SlackConfig  # the Slack SDK loads only when Slack is on
+
         try:
             return SlackConfig(
                 bot_token=self.slack_bot_token,
@@ -162,6 +165,8 @@ class Settings(BaseSettings):
         """The Feishu adapter's settings, or None when Feishu is not configured."""
         if not self.feishu_configured:
             return None
+        from adapters.feishu.config import FeishuConfig
+
         try:
             return FeishuConfig(
                 app_id=self.feishu_app_id,

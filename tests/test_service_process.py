@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -149,3 +150,25 @@ def test_event_accepted_then_process_killed_is_answered_once_after_restart(datab
         assert [p["markdown_text"] for p in posts] == ["Answered after the restart."]
         assert posts[0]["thread_ts"] == "1700000001.000100"
         assert len(anthropic.requests) == 2
+
+
+def test_tool_run_prints_the_raw_result_as_json(tmp_path: Path) -> None:
+    sql = "SELECT region, SUM(gmv) AS gmv FROM demo.sales GROUP BY 1 ORDER BY 2 DESC LIMIT 1"
+    result = subprocess.run(
+        [BA_AGENT, "tool", "run", "sql_query", "--json", json.dumps({"sql": sql})],
+        env=clean_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    raw = json.loads(result.stdout)
+    assert raw["columns"] == ["region", "gmv"] and raw["rows"][0][0] == "East China"
+    refused = subprocess.run(
+        [BA_AGENT, "tool", "run", "sql_query", "--json", '{"sql": "DROP TABLE demo.sales"}'],
+        env=clean_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )
+    assert refused.returncode == 1 and json.loads(refused.stdout)["error"]["type"] == "permission_denied"
+
+
+def test_tool_runner_loads_no_platform_sdk() -> None:
+    code = "import sys, gateway.tool_runner; print(sorted(m for m in ('slack_bolt', 'slack_sdk', 'lark_oapi') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent.parent)
+    assert result.stdout.strip() == "[]", result.stderr
