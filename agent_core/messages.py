@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # see agent_core.store.schema for the upgrades from older rows
 
 
 def new_id() -> str:

@@ -11,14 +11,9 @@ from gateway.config import ConfigError, Settings, load_settings
 
 
 def _configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # Third-party request logs can include URLs with tokens at DEBUG; keep them quiet.
-    for noisy in ("httpx", "httpcore", "slack_bolt", "slack_sdk", "anthropic", "aiosqlite"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    from gateway.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format, settings.service_name, settings.environment)
 
 
 def _serve(args: argparse.Namespace) -> int:

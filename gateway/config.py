@@ -38,6 +38,10 @@ class Settings(BaseSettings):
         "INFO", validation_alias="BA_LOG_LEVEL"
     )
 
+    log_format: Literal["text", "json"] = Field("text", validation_alias="BA_LOG_FORMAT")
+    service_name: str = Field("ba-agent-gateway", validation_alias="BA_SERVICE_NAME")
+    environment: str = Field("development", validation_alias="BA_ENVIRONMENT")
+
     anthropic_api_key: SecretStr | None = Field(None, validation_alias="ANTHROPIC_API_KEY")
     anthropic_base_url: str | None = Field(None, validation_alias="ANTHROPIC_BASE_URL")
     model: str = Field(DEFAULT_MODEL, validation_alias="BA_MODEL")

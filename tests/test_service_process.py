@@ -172,3 +172,15 @@ def test_tool_runner_loads_no_platform_sdk() -> None:
     code = "import sys, gateway.tool_runner; print(sorted(m for m in ('slack_bolt', 'slack_sdk', 'lark_oapi') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent.parent)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_json_logs_are_one_tagged_object_per_line(tmp_path: Path) -> None:
+    port = free_port()
+    proc = start(clean_env(tmp_path, BA_LOG_FORMAT="json", BA_ENVIRONMENT="staging"), port, tmp_path)
+    try:
+        wait_healthy(port)
+    finally:
+        out = stop(proc)
+    entries = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert any("missing:" in e["message"] for e in entries)
+    assert all(e["environment"] == "staging" and e["service"] == "ba-agent-gateway" for e in entries)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from adapters.base import AcceptOutcome
 from agent_core.messages import (
@@ -129,3 +130,40 @@ async def test_reset_starts_a_new_conversation(engine) -> None:
 
 def test_migrations_are_idempotent(database_url: str) -> None:
     assert upgrade(database_url) == upgrade(database_url)
+
+
+async def test_older_schema_rows_are_upgraded_on_read(engine) -> None:
+    from agent_core.messages import SCHEMA_VERSION
+    from agent_core.store.tables import MessageRow
+    from agent_core.messages import utcnow
+
+    store = ThreadStore(session_factory(engine))
+    thread_id = await store.open(KEY)
+    v1_content = [{"type": "tool_result", "tool_use_id": "toolu_1", "is_error": False,
+                   "content": [{"type": "text", "text": "| region | gmv |"}, {"type": "text", "text": "| East | 1 |"}]}]
+    async with session_factory(engine)() as session:
+        session.add(MessageRow(id="old1", thread_id=thread_id, seq=1, role="user", content=json.dumps(v1_content),
+                               schema_version=1, created_at=utcnow()))
+        await session.commit()
+    [message] = await store.history(thread_id)
+    assert message.schema_version == SCHEMA_VERSION
+    assert message.tool_results()[0].content == "| region | gmv |\n| East | 1 |"
+
+
+async def test_rows_from_a_newer_schema_are_refused(engine) -> None:
+    from agent_core.store.schema import UnknownSchemaVersion
+    from agent_core.store.tables import MessageRow
+    from agent_core.messages import utcnow
+
+    store = ThreadStore(session_factory(engine))
+    thread_id = await store.open(KEY)
+    async with session_factory(engine)() as session:
+        session.add(MessageRow(id="new1", thread_id=thread_id, seq=1, role="user", content="[]",
+                               schema_version=99, created_at=utcnow()))
+        await session.commit()
+    try:
+        await store.history(thread_id)
+    except UnknownSchemaVersion as exc:
+        assert "99" in str(exc)
+    else:
+        raise AssertionError("a newer schema must not be read silently")

@@ -28,6 +28,7 @@ from agent_core.messages import (
     utcnow,
 )
 from agent_core.request import append_api_message
+from agent_core.store.schema import upgrade_blocks
 from agent_core.state import ThreadState
 from agent_core.store.tables import MessageRow, ThreadRow
 
@@ -36,9 +37,7 @@ _BLOCKS = TypeAdapter(list[ContentBlock])
 
 def message_from_row(row: MessageRow) -> StandardMessage:
     """Rebuild a stored message, upgrading rows written by older schema versions."""
-    raw = json.loads(row.content)
-    if row.schema_version < 1:
-        raise ValueError(f"message {row.id}: unknown schema version {row.schema_version}")
+    raw = upgrade_blocks(json.loads(row.content), row.schema_version)
     return StandardMessage(
         schema_version=SCHEMA_VERSION,
         id=row.id,
