@@ -29,13 +29,11 @@ from agent_core.analytics import (
 )
 from agent_core.data.uploads import QueryResult
 from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
-from agent_core.tools.files import conversation_workspace, workspace_errors
+from agent_core.tools.data_files import decode_text, file_suffix, read_data_file
 from agent_core.tools.sql import MAX_SQL_CHARS, query_conversation_data
-from agent_core.workspace import normalize_virtual_path
 
 MAX_INPUT_ROWS = 200_000
 MAX_INPUT_BYTES = 100 * 1024 * 1024  # of query values, and of a data file
-DATA_FILE_AREAS = ("/data/", "/uploads/")
 _SQL_HELP = (
     "A read-only DuckDB query returning the rows to analyse (uploads by plain name, demo data "
     "as demo.sales). Give exactly one of `sql` or `data_file`."
@@ -75,7 +73,7 @@ async def _load_frame(ctx: ToolContext, source: _RowSource) -> pd.DataFrame:
                 ErrorType.INVALID_PARAMETERS,
             )
         return await asyncio.to_thread(_frame_from_result, result)
-    vpath, raw = await _read_data_file(ctx, source.data_file or "")
+    vpath, raw = await read_data_file(ctx, source.data_file or "", MAX_INPUT_BYTES)
     return await asyncio.to_thread(_frame_from_file, vpath, raw)
 
 
@@ -83,38 +81,10 @@ def _frame_from_result(result: QueryResult) -> pd.DataFrame:
     return pd.DataFrame(result.rows, columns=result.columns)
 
 
-async def _read_data_file(ctx: ToolContext, path: str) -> tuple[str, bytes]:
-    workspace = conversation_workspace(ctx)
-    with workspace_errors():
-        vpath = normalize_virtual_path(path)
-        if not vpath.startswith(DATA_FILE_AREAS):
-            raise ToolError(
-                f"{vpath}: data files must be under /data or /uploads.",
-                ErrorType.INVALID_PARAMETERS,
-            )
-        info = await workspace.stat(vpath)
-        if info.size > MAX_INPUT_BYTES:
-            raise ToolError(
-                f"{vpath} is {info.size:,} bytes; at most {MAX_INPUT_BYTES // 1024**2} MB can be "
-                "analysed. Aggregate the data with sql_query first.",
-                ErrorType.RESOURCE_ERROR,
-            )
-        return vpath, await workspace.read_bytes(vpath)
-
-
 def _frame_from_file(vpath: str, raw: bytes) -> pd.DataFrame:
     """Parse a CSV/TSV/JSON(L) data file; every failure is a ToolError naming the file."""
-    name = vpath.rsplit("/", 1)[-1]
-    suffix = name.rsplit(".", 1)[-1].lower() if "." in name else ""
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        try:
-            text = raw.decode("gb18030")  # the usual encoding of Chinese Excel exports
-        except UnicodeDecodeError:
-            raise ToolError(
-                f"{vpath} is not UTF-8 or GB18030 text.", ErrorType.INVALID_PARAMETERS
-            ) from None
+    suffix = file_suffix(vpath)
+    text = decode_text(vpath, raw)
     try:
         if suffix in ("csv", "tsv", "txt"):
             frame = pd.read_csv(io.StringIO(text), sep="\t" if suffix == "tsv" else ",")

@@ -39,9 +39,9 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from agent_core.messages import OutboundFile
 from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
+from agent_core.tools.data_files import decode_text, file_suffix, read_data_file
 from agent_core.tools.files import conversation_workspace, workspace_errors
 from agent_core.tools.sql import query_conversation_data
-from agent_core.workspace import normalize_virtual_path
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,6 @@ HEIGHT_PX = 700
 DPI = 150
 MAX_CHART_ROWS = 10_000
 MAX_DATA_FILE_BYTES = 20 * 1024 * 1024
-DATA_FILE_AREAS = ("/data/", "/uploads/")
 OTHER = "Other"
 
 ChartType = Literal["line", "bar", "stacked_bar", "scatter", "combo"]
@@ -358,36 +357,13 @@ class _Table:
 
 
 async def _load_data_file(ctx: ToolContext, path: str) -> _Table:
-    workspace = conversation_workspace(ctx)
-    with workspace_errors():
-        vpath = normalize_virtual_path(path)
-        if not vpath.startswith(DATA_FILE_AREAS):
-            raise ToolError(
-                f"{vpath}: chart data files must be under /data or /uploads.",
-                ErrorType.INVALID_PARAMETERS,
-            )
-        info = await workspace.stat(vpath)
-        if info.size > MAX_DATA_FILE_BYTES:
-            raise ToolError(
-                f"{vpath} is {info.size:,} bytes; chart data files are limited to "
-                f"{MAX_DATA_FILE_BYTES // (1024 * 1024)} MB. Aggregate the data first.",
-                ErrorType.RESOURCE_ERROR,
-            )
-        raw = await workspace.read_bytes(vpath)
+    vpath, raw = await read_data_file(ctx, path, MAX_DATA_FILE_BYTES)
     return await asyncio.to_thread(_parse_data_file, vpath, raw)
 
 
 def _parse_data_file(vpath: str, raw: bytes) -> _Table:
-    suffix = vpath.rsplit(".", 1)[-1].lower() if "." in vpath.rsplit("/", 1)[-1] else ""
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        try:
-            text = raw.decode("gb18030")  # the usual encoding of Chinese Excel exports
-        except UnicodeDecodeError:
-            raise ToolError(
-                f"{vpath} is not UTF-8 or GB18030 text.", ErrorType.INVALID_PARAMETERS
-            ) from None
+    suffix = file_suffix(vpath)
+    text = decode_text(vpath, raw)
     if suffix in ("csv", "tsv", "txt"):
         table = _parse_csv(text, "\t" if suffix == "tsv" else None)
     elif suffix in ("json", "jsonl", "ndjson"):
