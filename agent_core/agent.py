@@ -26,6 +26,7 @@ from agent_core.store.threads import ThreadStore
 from agent_core.subagents import DEFAULT_SUBAGENTS, TaskTool
 from agent_core.telemetry import TelemetryHook
 from agent_core.tokens import check_budget
+from agent_core.tracing import TracingHook
 from agent_core.tools.base import Tool, ToolContext, ToolRegistry
 from agent_core.tools.catalog import default_tools, tools_prompt_section
 from agent_core.tools.memory_tool import MemoryTool
@@ -77,6 +78,7 @@ def build_agent(
         PromptCachingHook(),
         DanglingToolCallPatch(store),
         telemetry,
+        TracingHook(),  # a no-op unless a tracer provider is configured
     ]
 
     async def budget(ctx: ToolContext) -> str | None:

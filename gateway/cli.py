@@ -14,6 +14,10 @@ def _configure_logging(settings: Settings) -> None:
     from gateway.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_format, settings.service_name, settings.environment)
+    if settings.otel_endpoint:
+        from agent_core.tracing import configure_tracing
+
+        configure_tracing(settings.otel_endpoint, settings.otel_sample_rate, settings.service_name, settings.environment)
 
 
 def _serve(args: argparse.Namespace) -> int:

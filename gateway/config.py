@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field("text", validation_alias="BA_LOG_FORMAT")
     service_name: str = Field("ba-agent-gateway", validation_alias="BA_SERVICE_NAME")
     environment: str = Field("development", validation_alias="BA_ENVIRONMENT")
+    otel_endpoint: str | None = Field(None, validation_alias="BA_OTEL_ENDPOINT")
+    otel_sample_rate: float = Field(1.0, ge=0.0, le=1.0, validation_alias="BA_OTEL_SAMPLE_RATE")
 
     anthropic_api_key: SecretStr | None = Field(None, validation_alias="ANTHROPIC_API_KEY")
     anthropic_base_url: str | None = Field(None, validation_alias="ANTHROPIC_BASE_URL")

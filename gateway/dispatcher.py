@@ -14,6 +14,8 @@ import os
 import socket
 from collections.abc import Callable
 
+from opentelemetry import trace
+
 from adapters.base import AnswerStream, Responder
 from agent_core.hooks import TurnObserver
 from agent_core.loop import AgentLoop
@@ -28,6 +30,7 @@ from agent_core.messages import (
 )
 from agent_core.store.threads import ThreadStore
 from agent_core.tools.base import ToolContext
+from agent_core.tracing import TRACER_NAME
 from agent_core.data.uploads import UploadLimits
 from gateway.attachments import ingest_attachments
 from gateway.inbox import Inbox
@@ -207,14 +210,16 @@ class Dispatcher:
         notes = await ingest_attachments(responder, msg, ctx, self._upload_limits) if msg.attachments else []
         stream = await responder.open_stream(msg, delivery_id)
         observer = _ProgressObserver(responder, msg, stream)
+        tracer = trace.get_tracer(TRACER_NAME)
         try:
-            result = await self._agent.run_turn(
-                thread_id,
-                _user_message(thread_id, msg, notes),
-                event_key=msg.dedupe_key,
-                ctx=ctx,
-                observer=observer,
-            )
+            with tracer.start_as_current_span("turn", attributes={"ba.platform": msg.platform, "ba.thread_id": thread_id}):
+                result = await self._agent.run_turn(
+                    thread_id,
+                    _user_message(thread_id, msg, notes),
+                    event_key=msg.dedupe_key,
+                    ctx=ctx,
+                    observer=observer,
+                )
         finally:
             if stream is not None:
                 await stream.close()

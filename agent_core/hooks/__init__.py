@@ -14,7 +14,7 @@ hooks may rewrite what they receive and return it. The standard chain is assembl
                      compression, which rebuilds the message list (context only, never posted)
 5. prompt caching  — cache breakpoints so each call reads the previous conversation from cache
 6. dangling patch  — answer an interrupted tool_use with a "cancelled" tool_result (before run)
-7. telemetry       — record every model and tool call
+7. telemetry       — record every model and tool call (database; OpenTelemetry spans if on)
 """
 
 from __future__ import annotations
