@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from datetime import timedelta
 from dataclasses import dataclass, field
@@ -16,7 +18,7 @@ from agent_core.config import AgentConfig
 from agent_core.data.uploads import UploadLimits
 from agent_core.loop import AgentLoop
 from agent_core.messages import InboundMessage
-from agent_core.store.db import create_engine, session_factory
+from agent_core.store.db import create_engine, session_factory, sqlite_checkpointer
 from agent_core.store.threads import ThreadStore
 from agent_core.tools.base import ToolContext
 from agent_core.context.compression import CompressionConfig
@@ -75,6 +77,7 @@ class Runtime:
     scheduler: Scheduler
     responders: dict[str, Responder] = field(default_factory=dict)
     dispatcher: Dispatcher | None = None
+    _checkpointer: asyncio.Task[None] | None = None
 
     @classmethod
     def build(cls, settings: Settings) -> Runtime:
@@ -109,6 +112,7 @@ class Runtime:
         )
 
     def start_dispatcher(self) -> None:
+        self._checkpointer = asyncio.create_task(sqlite_checkpointer(self.engine))
         self.dispatcher = Dispatcher(
             inbox=self.inbox,
             ledger=self.ledger,
@@ -127,6 +131,10 @@ class Runtime:
         await self.scheduler.stop()  # first: no new runs while the dispatcher winds down
         if self.dispatcher is not None:
             await self.dispatcher.stop()
+        if self._checkpointer is not None:
+            self._checkpointer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checkpointer
         for responder in self.responders.values():
             close = getattr(responder, "close", None)
             if close is not None:

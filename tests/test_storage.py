@@ -167,3 +167,33 @@ async def test_rows_from_a_newer_schema_are_refused(engine) -> None:
         assert "99" in str(exc)
     else:
         raise AssertionError("a newer schema must not be read silently")
+
+
+async def test_sqlite_wal_is_checkpointed_in_the_background(tmp_path) -> None:
+    import sqlite3
+    from contextlib import closing
+
+    from agent_core.store.db import create_engine, sqlite_checkpointer
+
+    url = f"sqlite:///{tmp_path / 'wal.db'}"
+    upgrade(url)
+    engine = create_engine(url)
+    inbox = Inbox(engine)
+    for i in range(50):
+        await inbox.accept(inbound(f"Ev{i}", f"{i}.1", root=f"{i}.1"))
+    wal = tmp_path / "wal.db-wal"
+    assert wal.stat().st_size > 0  # commits went to the WAL; no automatic checkpoint ran
+
+    def rows_in_main_file() -> int:
+        # The database file alone, without its WAL: only checkpointed commits are in it.
+        copy = tmp_path / "copy.db"
+        copy.write_bytes((tmp_path / "wal.db").read_bytes())
+        with closing(sqlite3.connect(copy)) as conn:
+            return conn.execute("SELECT count(*) FROM inbound_events").fetchone()[0]
+
+    assert rows_in_main_file() == 0
+    task = asyncio.create_task(sqlite_checkpointer(engine, interval_s=0.02))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    assert rows_in_main_file() == 50
+    await engine.dispose()
