@@ -25,7 +25,7 @@ from agent_core.skills.loader import SkillCatalog, bundled_skills_dir, load_skil
 from agent_core.store.threads import ThreadStore
 from agent_core.subagents import DEFAULT_SUBAGENTS, TaskTool
 from agent_core.telemetry import TelemetryHook
-from agent_core.tokens import check_budget
+from agent_core.tokens import TokenCounter, check_budget, shared_cl100k
 from agent_core.tracing import TracingHook
 from agent_core.tools.base import Tool, ToolContext, ToolRegistry
 from agent_core.tools.catalog import default_tools, tools_prompt_section
@@ -73,7 +73,14 @@ def build_agent(
     hooks: list[Hook] = [  # the order documented in agent_core.hooks
         MemoryHook(memory, sessions),
         SkillPolicyHook(),
-        CompressionHook(model, config=config.compression, store=store, telemetry=telemetry),
+        # The encoding is loaded (and hash-checked) here, at start-up, not in the first turn.
+        CompressionHook(
+            model,
+            config=config.compression,
+            counter=TokenCounter(shared_cl100k()),
+            store=store,
+            telemetry=telemetry,
+        ),
         RefocusHook(config.refocus),
         PromptCachingHook(),
         DanglingToolCallPatch(store),
