@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 
 from aiohttp import web
@@ -126,9 +125,6 @@ def create_app(settings: Settings) -> web.Application:
             await slack_socket.start()
         if feishu is not None:
             await feishu.start()
-        # Everything built so far lives as long as the process: keep it out of the cyclic
-        # collector's scans, whose full passes otherwise stall the event loop for milliseconds.
-        gc.freeze()
 
     async def on_cleanup(_app: web.Application) -> None:
         if slack_socket is not None:

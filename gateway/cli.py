@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import sys
 
@@ -29,6 +30,9 @@ def _serve(args: argparse.Namespace) -> int:
     settings = load_settings(**overrides)
     _configure_logging(settings)
     app = create_app(settings)
+    # What start-up built lives as long as the process: keep it out of the cyclic collector's
+    # scans, whose full passes would otherwise stall the event loop for milliseconds.
+    gc.freeze()
     print(f"BA-Agent Gateway listening on http://{settings.host}:{settings.port}", flush=True)
     web.run_app(app, host=settings.host, port=settings.port, print=None, access_log=None)
     return 0
