@@ -100,14 +100,14 @@ def test_invalid_configuration_fails_fast_naming_the_variable(tmp_path: Path, va
 
 def test_secrets_are_not_logged(tmp_path: Path) -> None:
     port = free_port()
-    env = clean_env(tmp_path, ANTHROPIC_API_KEY="sk-ant-secret-value", SLACK_BOT_TOKEN="xoxb-secret-token",
+    env = clean_env(tmp_path, ANTHROPIC_API_KEY="anthropic-secret-value", SLACK_BOT_TOKEN="slack-bot-secret-token",
                     SLACK_SIGNING_SECRET="signing-secret-value", BA_LOG_LEVEL="DEBUG")
     proc = start(env, port, tmp_path)
     try:
         wait_healthy(port)
     finally:
         out = stop(proc)
-    for secret in ("sk-ant-secret-value", "xoxb-secret-token", "signing-secret-value"):
+    for secret in ("anthropic-secret-value", "slack-bot-secret-token", "signing-secret-value"):
         assert secret not in out
 
 
