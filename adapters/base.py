@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Protocol
 
-from pathlib import Path
+from pydantic import BaseModel
 
 from agent_core.messages import Attachment, InboundMessage, OutboundReply
+
+
+class ConnectionState(StrEnum):
+    """A long-lived platform connection (Feishu long connection, Slack Socket Mode)."""
+
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    RECONNECTING = "reconnecting"
+    STOPPED = "stopped"
+
+
+class ConnectionStatus(BaseModel):
+    """What /readyz reports about a long-lived platform connection."""
+
+    state: ConnectionState
+    connected_since: datetime | None = None  # first frame on the current connection
+    last_frame_at: datetime | None = None  # any frame, pings and pongs included
+    last_event_at: datetime | None = None
+    restarts: int = 0  # connections replaced by the adapter's supervisor
 
 
 class AcceptOutcome(StrEnum):

@@ -15,14 +15,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from adapters.base import AcceptOutcome
+from adapters.base import AcceptOutcome, ConnectionState
 from adapters.download import AttachmentError
 from adapters.feishu import render
 from adapters.feishu.app import FeishuAdapter
 from adapters.feishu.client import ChatPacer, FeishuClient
 from adapters.feishu.config import FeishuConfig
 from adapters.feishu.events import Ignored, parse_event
-from adapters.feishu.longconn import ConnectionState
 from adapters.feishu.responder import FeishuResponder
 from adapters.feishu.webhook import make_feishu_handler
 from agent_core.messages import InboundMessage, OutboundFile, OutboundReply

@@ -17,9 +17,9 @@ from pydantic import SecretStr, ValidationError
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.base import AcceptOutcome
+from adapters.base import AcceptOutcome, ConnectionState
 from adapters.slack.app import SlackAdapter, SlackConfig
-from adapters.slack.socket_mode import ConnectionState, SlackSocketMode
+from adapters.slack.socket_mode import SlackSocketMode
 from agent_core.messages import InboundMessage, ThreadKey
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.slack_api import FakeSlack

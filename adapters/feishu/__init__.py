@@ -25,21 +25,18 @@ from adapters.feishu.webhook import make_feishu_handler
 if TYPE_CHECKING:
     from adapters.feishu.app import FeishuAdapter
     from adapters.feishu.client import FeishuApiError, FeishuClient
-    from adapters.feishu.longconn import ConnectionState, FeishuLongConnection, LongConnectionStatus
+    from adapters.feishu.longconn import FeishuLongConnection
     from adapters.feishu.responder import FeishuResponder
 
 _LAZY = {
     "FeishuAdapter": "adapters.feishu.app",
     "FeishuApiError": "adapters.feishu.client",
     "FeishuClient": "adapters.feishu.client",
-    "ConnectionState": "adapters.feishu.longconn",
     "FeishuLongConnection": "adapters.feishu.longconn",
-    "LongConnectionStatus": "adapters.feishu.longconn",
     "FeishuResponder": "adapters.feishu.responder",
 }
 
 __all__ = [
-    "ConnectionState",
     "FeishuAdapter",
     "FeishuApiError",
     "FeishuClient",
@@ -47,7 +44,6 @@ __all__ = [
     "FeishuLongConnection",
     "FeishuResponder",
     "Ignored",
-    "LongConnectionStatus",
     "MalformedEvent",
     "make_feishu_handler",
     "parse_event",

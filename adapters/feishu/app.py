@@ -3,11 +3,11 @@ configured mode (the /feishu/events webhook handler, or the long connection)."""
 
 from __future__ import annotations
 
-from adapters.base import AcceptMessage
+from adapters.base import AcceptMessage, ConnectionStatus
 from adapters.feishu.client import FeishuClient
 from adapters.feishu.config import FeishuConfig
 from adapters.feishu.events import PLATFORM
-from adapters.feishu.longconn import FeishuLongConnection, LongConnectionStatus
+from adapters.feishu.longconn import FeishuLongConnection
 from adapters.feishu.responder import FeishuResponder
 from adapters.feishu.webhook import Handler, make_feishu_handler
 
@@ -34,7 +34,7 @@ class FeishuAdapter:
         if self.long_connection is not None:
             await self.long_connection.start()
 
-    def status(self) -> LongConnectionStatus | None:
+    def status(self) -> ConnectionStatus | None:
         """The long connection's state for /readyz (None in webhook mode)."""
         return self.long_connection.status() if self.long_connection is not None else None
 

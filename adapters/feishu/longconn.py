@@ -26,14 +26,12 @@ import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
 import lark_oapi as lark
 import lark_oapi.ws.client as lark_ws_client
-from pydantic import BaseModel
 
-from adapters.base import AcceptMessage
+from adapters.base import AcceptMessage, ConnectionState, ConnectionStatus
 from adapters.feishu.config import FeishuConfig
 from adapters.feishu.events import Ignored, MalformedEvent, parse_event
 from adapters.feishu.webhook import BotOpenIdProvider
@@ -43,23 +41,6 @@ log = logging.getLogger(__name__)
 _ACCEPT_TIMEOUT_S = 10.0
 _SUPERVISE_EVERY_S = 0.5
 _STOP_POLL_S = 0.5
-
-
-class ConnectionState(StrEnum):
-    CONNECTING = "connecting"
-    CONNECTED = "connected"
-    RECONNECTING = "reconnecting"
-    STOPPED = "stopped"
-
-
-class LongConnectionStatus(BaseModel):
-    """What /readyz reports about the long connection."""
-
-    state: ConnectionState
-    connected_since: datetime | None = None
-    last_frame_at: datetime | None = None
-    last_event_at: datetime | None = None
-    restarts: int = 0
 
 
 class _EventSink:
@@ -118,10 +99,10 @@ class FeishuLongConnection:
         """connecting, connected, reconnecting or stopped."""
         return self._state
 
-    def status(self) -> LongConnectionStatus:
+    def status(self) -> ConnectionStatus:
         """A snapshot for readiness checks."""
         with self._lock:
-            return LongConnectionStatus(
+            return ConnectionStatus(
                 state=self._state,
                 connected_since=self._connected_since,
                 last_frame_at=self._last_frame_at,

@@ -24,17 +24,17 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
 import aiohttp
 from aiohttp import ClientWebSocketResponse, WSMessage, WSMsgType
-from pydantic import BaseModel, SecretStr
+from pydantic import SecretStr
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.base import ConnectionState, ConnectionStatus
 from adapters.slack.app import SlackAdapter
 
 log = logging.getLogger(__name__)
@@ -46,23 +46,6 @@ _CLOSE_TIMEOUT_S = 2.0
 _DRAIN_TIMEOUT_S = 5.0
 # Frames that prove the peer is alive; CLOSE, CLOSING, CLOSED and ERROR mean the socket is gone.
 _LIVE_FRAMES = frozenset({WSMsgType.TEXT, WSMsgType.BINARY, WSMsgType.PING, WSMsgType.PONG})
-
-
-class ConnectionState(StrEnum):
-    CONNECTING = "connecting"
-    CONNECTED = "connected"
-    RECONNECTING = "reconnecting"
-    STOPPED = "stopped"
-
-
-class SocketModeStatus(BaseModel):
-    """What /readyz reports about the Socket Mode connection (the Feishu long connection's shape)."""
-
-    state: ConnectionState
-    connected_since: datetime | None = None  # first frame on the current websocket
-    last_frame_at: datetime | None = None  # any frame: hello, event, ping, pong
-    last_event_at: datetime | None = None  # last events_api envelope
-    restarts: int = 0  # clients replaced by the supervisor (the SDK's own reconnects not counted)
 
 
 FrameReport = Callable[[ClientWebSocketResponse, WSMsgType], None]
@@ -127,9 +110,9 @@ class SlackSocketMode:
         """connecting, connected, reconnecting or stopped."""
         return self._state
 
-    def status(self) -> SocketModeStatus:
+    def status(self) -> ConnectionStatus:
         """A snapshot for readiness checks."""
-        return SocketModeStatus(
+        return ConnectionStatus(
             state=self._state,
             connected_since=self._connected_since,
             last_frame_at=self._last_frame_at,
