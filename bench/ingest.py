@@ -1,16 +1,18 @@
 """Ingest benchmark: how fast a signed Slack event is acknowledged, against a bare floor.
 
-Two servers run as separate processes on loopback, measured in the same run with the same
+Each server runs as its own process on loopback and is measured in the same run with the same
 offered load (open loop: requests are sent on a fixed schedule, whether or not earlier ones
 have been answered):
 
+- a bare slack-bolt AsyncApp with a no-op listener on aiohttp — the floor, measured first,
+  with nothing else running;
 - the gateway (`ba-agent serve`, SQLite, full path: bolt verification, parsing, the inbox
-  commit before the 200, and the dispatcher answering in the background through a fake model
-  that streams each answer over about two seconds, as a real model would);
-- a bare slack-bolt AsyncApp with a no-op listener on aiohttp — the floor.
+  commit before the 200, and its worker process answering in the background through a fake
+  model that streams each answer over about two seconds, as a real model would).
 
-Prints ack latency p50/p99 and errors for both, and the ratio of the p99s. Target: gateway p99
-within 2x of the floor at 200 events/s, zero errors.
+The fake Slack and Anthropic servers run in a process of their own, so the load generator
+shares its interpreter with nothing. Prints ack latency p50/p99 and errors for both, and the
+ratio of the p99s. Target: gateway p99 within 2x of the floor at 200 events/s, zero errors.
 
     .venv/bin/python bench/ingest.py [--rate 200] [--seconds 10]
 """
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import multiprocessing
 import os
 import socket
 import statistics
@@ -26,7 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import aiohttp
@@ -73,15 +79,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(port: int, timeout: float = 30) -> None:
+def wait_ready(port: int, timeout: float = 60) -> None:
+    """Wait until the server answers /healthz and, if it has worker processes, all are answering."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                pass
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
+                workers = json.loads(resp.read()).get("workers")
+            if workers is None or workers["ready"] == workers["configured"]:
+                return
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:  # the bare app has no /readyz
                 return
         except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"server on {port} did not start")
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"server on {port} did not get ready")
 
 
 async def offered_load(port: int, rate: float, seconds: float, tag: str) -> tuple[list[float], int]:
@@ -136,16 +151,51 @@ def report(name: str, latencies: list[float], errors: int) -> float:
     return p99
 
 
+def serve_fakes(conn: Connection) -> None:
+    """Child process: the fake Slack and Anthropic servers, until the parent says stop."""
+    with FakeSlack.in_thread(bot_token="xoxb-bench", bot_user_id="UBOT", team_id="T1") as slack, \
+            FakeAnthropic.in_thread() as model:
+        model.respond_with(lambda _request: Reply([text("Sales are up 4% week over week. " * 8)], event_delay=0.15))
+        conn.send((slack.base_url, model.base_url))
+        conn.recv()
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        print(f"warning: {proc.args[1]} did not stop within 15 s of SIGTERM", file=sys.stderr)
+        proc.kill()
+
+
+def measure(port: int, rate: float, seconds: float, tag: str) -> tuple[list[float], int]:
+    wait_ready(port)
+    asyncio.run(offered_load(port, 50, 1, f"warm{tag}"))  # bolt's auth.test, pools, SQLite pages
+    return asyncio.run(offered_load(port, rate, seconds, tag))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
 
-    with FakeSlack.in_thread(bot_token="xoxb-bench", bot_user_id="UBOT", team_id="T1") as slack, \
-            FakeAnthropic.in_thread() as model, tempfile.TemporaryDirectory() as tmp:
-        model.respond_with(lambda _request: Reply([text("Sales are up 4% week over week. " * 8)], event_delay=0.15))
-        gateway_port, bare_port = free_port(), free_port()
+    spawn = multiprocessing.get_context("spawn")
+    to_fakes, fakes_end = spawn.Pipe()
+    fakes = spawn.Process(target=serve_fakes, args=(fakes_end,), daemon=True)
+    fakes.start()
+    slack_url, model_url = to_fakes.recv()
+    print(f"offered load: {args.rate:g} events/s for {args.seconds:g} s per server, loopback")
+    with tempfile.TemporaryDirectory() as tmp:
+        bare_port, gateway_port = free_port(), free_port()
+        bare = subprocess.Popen([sys.executable, "-c", BARE_BOLT, str(bare_port), slack_url, SECRET],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            bare_lat, bare_err = measure(bare_port, args.rate, args.seconds, "b")
+        finally:
+            stop_process(bare)
+
         env = {
             k: v for k, v in os.environ.items() if not k.startswith(("BA_", "SLACK_", "ANTHROPIC_", "DATABASE_URL"))
         }
@@ -153,36 +203,24 @@ def main() -> None:
             BA_DATA_DIR=str(Path(tmp) / "data"),
             SLACK_BOT_TOKEN="xoxb-bench",
             SLACK_SIGNING_SECRET=SECRET,
-            SLACK_API_URL=slack.base_url,
+            SLACK_API_URL=slack_url,
             ANTHROPIC_API_KEY="bench",
-            ANTHROPIC_BASE_URL=model.base_url,
-            BA_LOG_LEVEL="WARNING",
+            ANTHROPIC_BASE_URL=model_url,
             BA_MAX_CONCURRENT_TURNS=os.environ.get("BENCH_TURNS", "8"),
         )
         ba_agent = str(Path(sys.executable).parent / "ba-agent")
+        # The log goes into a pipe, as under a container runtime or systemd; `cat` stores it.
         gateway_log = open(Path(tmp) / "gateway.log", "w")  # noqa: SIM115 - closed with the dir
+        log_sink = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=gateway_log)
         gateway = subprocess.Popen([ba_agent, "serve", "--port", str(gateway_port)], env=env, cwd=tmp,
-                                   stdout=gateway_log, stderr=subprocess.STDOUT)
-        bare = subprocess.Popen([sys.executable, "-c", BARE_BOLT, str(bare_port), slack.base_url, SECRET],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   stdout=log_sink.stdin, stderr=subprocess.STDOUT)
+        log_sink.stdin.close()
         try:
-            wait_healthy(gateway_port)
-            wait_healthy(bare_port)
-            # Warm both up (bolt's auth.test, connection pools, SQLite pages).
-            asyncio.run(offered_load(gateway_port, 50, 1, "warmg"))
-            asyncio.run(offered_load(bare_port, 50, 1, "warmb"))
-            print(f"offered load: {args.rate:g} events/s for {args.seconds:g} s per server, loopback")
-            bare_lat, bare_err = asyncio.run(offered_load(bare_port, args.rate, args.seconds, "b"))
-            gw_lat, gw_err = asyncio.run(offered_load(gateway_port, args.rate, args.seconds, "g"))
+            gw_lat, gw_err = measure(gateway_port, args.rate, args.seconds, "g")
         finally:
-            for proc in (gateway, bare):
-                proc.terminate()
-            for proc in (gateway, bare):
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    print(f"warning: {proc.args[1]} did not stop within 15 s of SIGTERM", file=sys.stderr)
-                    proc.kill()
+            stop_process(gateway)
+            to_fakes.send("stop")
+            fakes.join(timeout=15)
     floor = report("floor", bare_lat, bare_err)
     p99 = report("gateway", gw_lat, gw_err)
     print(f"p99 {p99:.2f} ms vs floor {floor:.2f} ms ({p99 / floor:.2f}x), {gw_err + bare_err} errors")

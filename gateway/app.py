@@ -8,19 +8,20 @@ import logging
 from aiohttp import web
 from sqlalchemy import text
 
-from adapters.slack.app import SlackAdapter
-from adapters.slack.socket_mode import SlackSocketMode
 from agent_core.telemetry import call_stats
 from gateway.config import Settings
 from gateway.metrics import render_metrics
 from gateway.migrate import upgrade
+from gateway.platforms import build_platforms
 from gateway.runtime import Runtime
+from gateway.worker_pool import WorkerPool
 
 log = logging.getLogger(__name__)
 
 RUNTIME = web.AppKey("runtime", Runtime)
 # Long-lived platform connections (Feishu long connection, Slack Socket Mode): name → status().
 CONNECTIONS = web.AppKey("connections", dict)
+WORKERS = web.AppKey("workers", WorkerPool | None)
 
 
 def describe_configuration(settings: Settings) -> str:
@@ -63,7 +64,11 @@ async def readyz(request: web.Request) -> web.Response:
     connections = {name: status() for name, status in request.app[CONNECTIONS].items()}
     states = {name: s.model_dump(mode="json") if s is not None else None for name, s in connections.items()}
     ok = all(s is None or s.state == "connected" for s in connections.values())
-    return web.json_response({"ok": ok, "database": "ok", "connections": states}, status=200 if ok else 503)
+    body = {"ok": ok, "database": "ok", "connections": states}
+    # Reported, not required: accepted events wait durably while a worker restarts.
+    if (workers := request.app[WORKERS]) is not None:
+        body["workers"] = {"ready": workers.ready, "configured": workers.count}
+    return web.json_response(body, status=200 if ok else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -74,24 +79,24 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def create_app(settings: Settings) -> web.Application:
-    """The service; migrations run and the dispatcher starts when the app starts."""
+    """The service; migrations run and answering starts when the app starts.
+
+    With `BA_WORKER_PROCESSES` > 0 (the default) this process only accepts events and worker
+    processes answer them; with 0 it answers them itself.
+    """
     runtime = Runtime.build(settings)
+    platforms = build_platforms(settings, runtime)
+    workers = WorkerPool(settings.worker_processes) if settings.worker_processes else None
     app = web.Application(client_max_size=1024**2)
     app[RUNTIME] = runtime
+    app[WORKERS] = workers
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
 
     app[CONNECTIONS] = {}
-    slack_config = settings.slack()
-    slack_socket: SlackSocketMode | None = None
-    if slack_config is not None:
-        slack = SlackAdapter(slack_config, accept=runtime.inbox.accept, known_thread=runtime.store.is_live)
-        runtime.responders[slack.platform] = slack.responder
-        app.router.add_post("/slack/events", slack.handle)  # answers 404 in socket mode
-        if slack_config.mode == "socket" and slack_config.app_token is not None:
-            slack_socket = SlackSocketMode(slack, slack_config.app_token, slack_config.api_url)
-            app[CONNECTIONS]["slack"] = slack_socket.status
+    if platforms.slack is not None:
+        app.router.add_post("/slack/events", platforms.slack.handle)  # answers 404 in socket mode
     else:
         app.router.add_post(
             "/slack/events",
@@ -99,40 +104,45 @@ def create_app(settings: Settings) -> web.Application:
                 "Slack", "SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (or SLACK_MODE=socket and SLACK_APP_TOKEN)"
             ),
         )
-
-    feishu_config = settings.feishu()
-    feishu = None
-    if feishu_config is not None:
-        # lark-oapi takes seconds to import: a deployment without Feishu does not pay for it.
-        from adapters.feishu.app import FeishuAdapter
-
-        feishu = FeishuAdapter(feishu_config, accept=runtime.inbox.accept)
-    if feishu is not None:
-        runtime.responders[feishu.platform] = feishu.responder
-        app.router.add_post("/feishu/events", feishu.handle)
-        if feishu_config.mode == "websocket":
-            app[CONNECTIONS]["feishu"] = feishu.status
+    if platforms.slack_socket is not None:
+        app[CONNECTIONS]["slack"] = platforms.slack_socket.status
+    if platforms.feishu is not None:
+        app.router.add_post("/feishu/events", platforms.feishu.handle)
+        if platforms.feishu.config.mode == "websocket":
+            app[CONNECTIONS]["feishu"] = platforms.feishu.status
     else:
         app.router.add_post("/feishu/events", not_configured("Feishu", "FEISHU_APP_ID and FEISHU_APP_SECRET"))
 
+    wake_forwarder: asyncio.Task[None] | None = None
+
     async def on_startup(_app: web.Application) -> None:
+        nonlocal wake_forwarder
         revision = await asyncio.to_thread(upgrade, settings.effective_database_url)
         log.info("database at revision %s", revision)
         log.info(describe_configuration(settings))
-        runtime.start_dispatcher()
-        runtime.scheduler.start()
-        if slack_socket is not None:
-            await slack_socket.start()
-        if feishu is not None:
-            await feishu.start()
+        if workers is None:
+            runtime.start_answering()
+        else:
+            await workers.start()
+            wake_forwarder = asyncio.create_task(forward_wakeups(runtime.inbox.wakeup, workers))
+        await platforms.start_connections()
 
     async def on_cleanup(_app: web.Application) -> None:
-        if slack_socket is not None:
-            await slack_socket.stop()  # first: in-flight envelopes commit and are acked
-        if feishu is not None:
-            await feishu.close()
+        await platforms.close()  # first: in-flight envelopes commit and are acked
+        if wake_forwarder is not None:
+            wake_forwarder.cancel()
+        if workers is not None:
+            await workers.stop()
         await runtime.close()
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
     return app
+
+
+async def forward_wakeups(wakeup: asyncio.Event, workers: WorkerPool) -> None:
+    """Pass "the inbox has new work" on to the worker processes, coalescing bursts."""
+    while True:
+        await wakeup.wait()
+        wakeup.clear()
+        workers.wake()

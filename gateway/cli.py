@@ -35,6 +35,16 @@ def _serve(args: argparse.Namespace) -> int:
     gc.freeze()
     print(f"BA-Agent Gateway listening on http://{settings.host}:{settings.port}", flush=True)
     web.run_app(app, host=settings.host, port=settings.port, print=None, access_log=None)
+    gc.unfreeze()  # let extension modules see their objects released at exit
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from gateway.worker import run_worker
+
+    settings = load_settings()
+    _configure_logging(settings)
+    asyncio.run(run_worker(settings, supervised=args.supervised))
     return 0
 
 
@@ -106,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="listen address (default 127.0.0.1, or BA_HOST)")
     serve.add_argument("--port", type=int, help="listen port (default 8080, or BA_PORT)")
     serve.set_defaults(func=_serve)
+
+    worker = commands.add_parser("worker", help="answer accepted events (no HTTP); serve starts its own")
+    worker.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+    worker.set_defaults(func=_worker)
 
     chat = commands.add_parser("chat", help="chat with the agent in this terminal")
     chat.set_defaults(func=_chat)

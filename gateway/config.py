@@ -81,6 +81,7 @@ class Settings(BaseSettings):
 
     max_upload_mb: int = Field(50, ge=1, le=2048, validation_alias="BA_MAX_UPLOAD_MB")
     max_concurrent_turns: int = Field(8, ge=1, le=256, validation_alias="BA_MAX_CONCURRENT_TURNS")
+    worker_processes: int = Field(1, ge=0, le=64, validation_alias="BA_WORKER_PROCESSES")
     lease_seconds: float = Field(60.0, gt=0, validation_alias="BA_LEASE_SECONDS")
     poll_interval_s: float = Field(1.0, gt=0, validation_alias="BA_POLL_INTERVAL")
 

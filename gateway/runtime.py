@@ -127,6 +127,11 @@ class Runtime:
         )
         self.dispatcher.start()
 
+    def start_answering(self) -> None:
+        """Answer the inbox in this process: the dispatcher and the scheduler's jobs."""
+        self.start_dispatcher()
+        self.scheduler.start()
+
     async def close(self) -> None:
         await self.scheduler.stop()  # first: no new runs while the dispatcher winds down
         if self.dispatcher is not None:
@@ -139,4 +144,5 @@ class Runtime:
             close = getattr(responder, "close", None)
             if close is not None:
                 await close()
+        self.inbox.close()
         await self.engine.dispose()

@@ -37,6 +37,7 @@ def gateway_settings(
         "SLACK_SIGNING_SECRET": SIGNING_SECRET,
         "SLACK_API_URL": slack.base_url,
         "BA_POLL_INTERVAL": 0.2,
+        "BA_WORKER_PROCESSES": 0,  # answered in the test process, where tests can look inside
         "BA_MODEL_RETRIES": 2,
         **extra,
     }

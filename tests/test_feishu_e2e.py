@@ -42,6 +42,7 @@ async def stack(database_url, tmp_path):
                 FEISHU_ENCRYPT_KEY=ENCRYPT_KEY,
                 FEISHU_DOMAIN=feishu.domain,
                 BA_POLL_INTERVAL=0.2,
+                BA_WORKER_PROCESSES=0,
             )
             server = TestServer(create_app(settings))
             await server.start_server()

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,62 +13,17 @@ import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.slack_api import FakeSlack
-from tests.fakes.slack_events import app_mention, signed_request
+from tests.fakes.slack_events import app_mention
 from tests.harness import SIGNING_SECRET
-
-BA_AGENT = str(Path(sys.executable).parent / "ba-agent")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    keep = {k: v for k, v in os.environ.items() if not k.startswith(("BA_", "SLACK_", "ANTHROPIC_", "DATABASE_URL"))}
-    return {**keep, "BA_DATA_DIR": str(tmp_path / "data"), **extra}
-
-
-def start(env: dict[str, str], port: int, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [BA_AGENT, "serve", "--port", str(port)],
-        env=env,
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def wait_healthy(port: int, timeout: float = 20) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
-                if resp.status == 200:
-                    return time.monotonic() - started
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError("service did not become healthy")
-
-
-def stop(proc: subprocess.Popen) -> str:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        out, _ = proc.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-    return out
-
-
-def post_event(port: int, payload: dict) -> int:
-    body, headers = signed_request(payload, SIGNING_SECRET)
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/slack/events", data=body, headers=headers)
-    with urllib.request.urlopen(request, timeout=5) as resp:
-        return resp.status
+from tests.serve_process import (
+    BA_AGENT,
+    clean_env,
+    free_port,
+    post_event,
+    start,
+    stop,
+    wait_healthy,
+)
 
 
 def test_serve_starts_with_no_configuration(tmp_path: Path) -> None:

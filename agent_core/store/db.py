@@ -37,7 +37,8 @@ def sync_url(url: str) -> URL:
     return _normalise(url, is_async=False)
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001 - DBAPI callback
+def sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001 - DBAPI callback
+    """Settings every SQLite connection of the service uses (an SQLAlchemy "connect" listener)."""
     cursor = dbapi_connection.cursor()
     # WAL with synchronous=NORMAL: a commit is in the WAL file before we acknowledge, so it
     # survives a crash of this process; only a power loss can take the last commits with it
@@ -57,8 +58,10 @@ class _InlineSQLiteConnection(aiosqlite.Connection):
 
     An embedded SQLite statement takes tens of microseconds; handing each one to a worker
     thread and back (aiosqlite's design) costs more than that and adds GIL hand-off jitter.
-    Safe because the process uses exactly one connection (see `create_engine`), so a statement
-    never waits for another connection's lock held by a coroutine this very loop must run.
+    Safe because the process uses one connection (see `create_engine`), so a statement never
+    waits for a lock held by a coroutine this very loop must run; and no transaction of the
+    service awaits anything but the database, so another process (a worker, the CLI) holds
+    the write lock only for the moment one transaction takes.
     """
 
     async def _execute(self, fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
@@ -95,7 +98,7 @@ def create_engine(url: str) -> AsyncEngine:
         # One connection per process: SQLite has one writer at a time anyway; coroutines queue
         # for it in the pool instead of in SQLite's lock-retry sleeps.
         engine = create_async_engine(normalised, pool_size=1, max_overflow=0, async_creator=connect)
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "connect", sqlite_pragmas)
         return engine
     return create_async_engine(normalised, pool_size=10, max_overflow=10, pool_pre_ping=True)
 

@@ -1,0 +1,65 @@
+"""`ba-agent worker`: a process that answers the inbox (dispatcher and scheduled jobs), no HTTP.
+
+`ba-agent serve` starts its workers with `--supervised`: stdin is then the pipe from serve, a
+byte on it means new work, and its end means serve is gone, so the worker stops too; stdout
+goes back to serve, which learns from it when the worker is ready. Started on
+its own (another host or container, same database), a worker finds work by polling every
+`BA_POLL_INTERVAL` seconds and stops on SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import signal
+import sys
+
+from gateway.config import Settings
+from gateway.migrate import upgrade
+from gateway.platforms import build_platforms
+from gateway.runtime import Runtime
+from gateway.worker_pool import READY_LINE
+
+log = logging.getLogger(__name__)
+
+
+async def run_worker(settings: Settings, supervised: bool) -> None:
+    """Answer accepted events until told to stop."""
+    revision = await asyncio.to_thread(upgrade, settings.effective_database_url)
+    runtime = Runtime.build(settings)
+    platforms = build_platforms(settings, runtime)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    if supervised:
+        # Ctrl-C in a terminal reaches the whole process group: serve decides when we stop.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        watcher = asyncio.create_task(watch_supervisor(runtime.inbox.wakeup, stop))
+    else:
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+    runtime.start_answering()
+    gc.freeze()  # as in serve: start-up objects live as long as the process
+    log.info("worker answering (database at revision %s; %s)", revision,
+             ", ".join(runtime.responders) or "no platform configured")
+    if supervised:
+        sys.stdout.buffer.write(READY_LINE)
+        sys.stdout.flush()
+    try:
+        await stop.wait()
+    finally:
+        if supervised:
+            watcher.cancel()
+        await platforms.close()
+        await runtime.close()
+        gc.unfreeze()  # let extension modules see their objects released at exit
+
+
+async def watch_supervisor(wakeup: asyncio.Event, stop: asyncio.Event) -> None:
+    """Turn bytes on stdin into inbox wakeups; stop when the pipe ends (serve is gone)."""
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while await reader.read(4096):
+        wakeup.set()
+    stop.set()

@@ -1,0 +1,111 @@
+"""`ba-agent serve` answers through worker processes it supervises (BA_WORKER_PROCESSES).
+
+The serve process only accepts; workers answer. New work reaches a worker at once (no polling
+wait), a worker that dies is replaced, and workers never outlive serve, even a SIGKILLed one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
+from tests.fakes.slack_api import FakeSlack
+from tests.fakes.slack_events import app_mention
+from tests.harness import SIGNING_SECRET
+from tests.serve_process import (
+    alive,
+    children,
+    clean_env,
+    free_port,
+    get_json,
+    post_event,
+    start,
+    stop,
+    wait_healthy,
+    wait_workers_ready,
+)
+
+
+def gateway_env(tmp_path: Path, database_url: str, anthropic: FakeAnthropic, slack: FakeSlack, **extra: str) -> dict[str, str]:
+    return clean_env(
+        tmp_path,
+        DATABASE_URL=database_url,
+        ANTHROPIC_API_KEY="test-key",
+        ANTHROPIC_BASE_URL=anthropic.base_url,
+        SLACK_BOT_TOKEN="xoxb-test",
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack.base_url,
+        # Far longer than any wait below: an answer in time proves the worker was woken.
+        BA_POLL_INTERVAL="60",
+        **extra,
+    )
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_worker_answers_at_once_and_is_replaced_when_it_dies(database_url: str, tmp_path: Path) -> None:
+    with FakeAnthropic.in_thread() as anthropic, \
+            FakeSlack.in_thread(bot_token="xoxb-test", bot_user_id="UBOT", team_id="T1") as slack:
+        anthropic.script(Reply([text("First answer.")]), Reply([text("Second answer.")]))
+        env = gateway_env(tmp_path, database_url, anthropic, slack, BA_WORKER_PROCESSES="2")
+        port = free_port()
+        serve = start(env, port, tmp_path)
+        try:
+            wait_healthy(port)
+            assert wait_workers_ready(port) == {"ready": 2, "configured": 2}
+            workers = children(serve.pid)
+            assert len(workers) == 2
+
+            assert post_event(port, app_mention("<@UBOT> first?", "U1", "C1", ts="1700000001.000100")) == 200
+            slack.wait_for_sync("chat.postMessage", count=1, timeout=15)
+
+            os.kill(workers[0], signal.SIGKILL)
+            wait_until(lambda: get_json(port, "/readyz")[1]["workers"]["ready"] < 2, 10, "the dead worker to show")
+            assert get_json(port, "/readyz")[0] == 200  # accepting does not depend on workers
+            assert wait_workers_ready(port) == {"ready": 2, "configured": 2}
+            assert workers[0] not in children(serve.pid) and len(children(serve.pid)) == 2
+
+            assert post_event(port, app_mention("<@UBOT> second?", "U1", "C2", ts="1700000002.000100")) == 200
+            slack.wait_for_sync("chat.postMessage", count=2, timeout=15)
+        finally:
+            out = stop(serve)
+        answers = {p["channel"]: p["markdown_text"] for p in slack.posted()}
+        assert answers == {"C1": "First answer.", "C2": "Second answer."}
+        assert "exited with code -9; restarting" in out
+
+
+def test_workers_stop_when_serve_is_killed(tmp_path: Path) -> None:
+    port = free_port()
+    serve = start(clean_env(tmp_path), port, tmp_path)
+    try:
+        wait_healthy(port)
+        wait_workers_ready(port)
+        workers = children(serve.pid)
+        assert workers and all(alive(pid) for pid in workers)
+    finally:
+        serve.kill()  # SIGKILL: serve cannot tell its workers anything
+        serve.communicate()
+    wait_until(lambda: not any(alive(pid) for pid in workers), 15, "orphaned workers to exit")
+
+
+def test_workers_stop_with_serve_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    serve = start(clean_env(tmp_path), port, tmp_path)
+    try:
+        wait_healthy(port)
+        wait_workers_ready(port)
+        workers = children(serve.pid)
+    finally:
+        out = stop(serve)
+    assert serve.returncode == 0
+    assert not any(alive(pid) for pid in workers)
+    assert "exited with code" not in out  # a requested stop is not a crash
