@@ -13,6 +13,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from agent_core.hooks import Hook
 from agent_core.messages import ToolUseBlock
 from agent_core.model import ModelResponse
+from agent_core.store.db import insert_rows
 from agent_core.store.tables import CallRecordRow
 from agent_core.tools.base import ToolContext, ToolResult
 
@@ -61,7 +62,7 @@ class TelemetryHook(Hook):
     async def _record(self, row: CallRecordRow) -> None:
         try:
             async with self._sessions() as session:
-                session.add(row)
+                await insert_rows(session, row)
                 await session.commit()
         except Exception:  # metrics must never break a conversation
             log.exception("could not record a %s call", row.kind)

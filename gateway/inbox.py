@@ -39,12 +39,19 @@ def _threads_with_work_statement() -> Select:
         )
         .exists()
     )
+    # A thread someone is answering is not offered: trying its lease would be a write for nothing.
+    leased = (
+        select(ThreadLeaseRow.thread_key)
+        .where(ThreadLeaseRow.thread_key == InboundEventRow.thread_key, ThreadLeaseRow.expires_at >= bindparam("now"))
+        .exists()
+    )
     return (
         select(InboundEventRow.thread_key)
         .where(
             InboundEventRow.status.in_(_OPEN),
             InboundEventRow.available_at <= bindparam("now"),
             ~older_open,
+            ~leased,
         )
         .order_by(InboundEventRow.id)
         .limit(bindparam("limit"))
@@ -162,7 +169,7 @@ class Inbox:
         return AcceptOutcome.ACCEPTED
 
     async def threads_with_work(self, limit: int = 32) -> list[str]:
-        """Threads whose oldest unanswered event is due, the longest-waiting first."""
+        """Threads whose oldest unanswered event is due and that nobody holds, longest-waiting first."""
         async with self._engine.connect() as conn:
             result = await conn.execute(_THREADS_WITH_WORK, {"now": utcnow(), "limit": limit})
             return list(result.scalars())

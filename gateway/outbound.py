@@ -6,7 +6,7 @@ the two records; the adapter is then asked to check the platform before posting 
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -31,36 +31,29 @@ class OutboundLedger:
     async def begin(
         self, delivery_id: str, event_row_id: int, platform: str, reply: OutboundReply
     ) -> PendingDelivery | None:
-        """Record the answer (first call wins); None when it was already sent."""
+        """Record the answer (first call wins) and count the attempt; None when it was already sent.
+
+        One upsert, so the write is a single statement (see `agent_core.store.db.insert_rows`)."""
+        stmt = self._insert(OutboundDeliveryRow).values(
+            id=delivery_id,
+            event_row_id=event_row_id,
+            platform=platform,
+            reply=reply.model_dump_json(),
+            status=DeliveryStatus.SENDING.value,
+            attempts=1,
+            created_at=utcnow(),
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["id"],
+            set_={"attempts": OutboundDeliveryRow.attempts + 1},
+            where=OutboundDeliveryRow.status != DeliveryStatus.SENT.value,
+        ).returning(OutboundDeliveryRow.attempts, OutboundDeliveryRow.reply)
         async with self._engine.begin() as conn:
-            await conn.execute(
-                self._insert(OutboundDeliveryRow)
-                .values(
-                    id=delivery_id,
-                    event_row_id=event_row_id,
-                    platform=platform,
-                    reply=reply.model_dump_json(),
-                    status=DeliveryStatus.SENDING.value,
-                    attempts=0,
-                    created_at=utcnow(),
-                )
-                .on_conflict_do_nothing()
-            )
-            row = (
-                await conn.execute(
-                    select(OutboundDeliveryRow.status, OutboundDeliveryRow.attempts, OutboundDeliveryRow.reply)
-                    .where(OutboundDeliveryRow.id == delivery_id)
-                )
-            ).one()
-            if row.status == DeliveryStatus.SENT.value:
-                return None
-            await conn.execute(
-                update(OutboundDeliveryRow)
-                .where(OutboundDeliveryRow.id == delivery_id)
-                .values(attempts=OutboundDeliveryRow.attempts + 1)
-            )
+            row = (await conn.execute(stmt)).first()
+        if row is None:
+            return None
         return PendingDelivery(
-            delivery_id, OutboundReply.model_validate_json(row.reply), resumed=row.attempts > 0
+            delivery_id, OutboundReply.model_validate_json(row.reply), resumed=row.attempts > 1
         )
 
     async def mark_sent(self, delivery_id: str) -> None:

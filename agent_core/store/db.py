@@ -10,9 +10,10 @@ from pathlib import Path
 
 import aiosqlite
 
-from sqlalchemy import event
+from sqlalchemy import event, insert
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 
@@ -101,6 +102,17 @@ def create_engine(url: str) -> AsyncEngine:
         event.listen(engine.sync_engine, "connect", sqlite_pragmas)
         return engine
     return create_async_engine(normalised, pool_size=10, max_overflow=10, pool_pre_ping=True)
+
+
+async def insert_rows(session: AsyncSession, *rows: SQLModel) -> None:
+    """INSERT `rows` (of one table) as a plain cached statement, without the ORM's unit of work.
+
+    On SQLite the write lock is held from a transaction's first write to its commit, and every
+    other process's writes — the acknowledgement of an inbound event among them — wait for it:
+    writes keep that stretch to the statements themselves.
+    """
+    table = type(rows[0]).__table__
+    await session.exec(insert(table), params=[row.model_dump() for row in rows])
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

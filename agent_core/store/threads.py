@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import TypeAdapter
-from sqlalchemy import func, update
+from sqlalchemy import bindparam, func, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import select
@@ -28,11 +28,17 @@ from agent_core.messages import (
     utcnow,
 )
 from agent_core.request import append_api_message
+from agent_core.store.db import insert_rows
 from agent_core.store.schema import upgrade_blocks
 from agent_core.state import ThreadState
 from agent_core.store.tables import MessageRow, ThreadRow
 
 _BLOCKS = TypeAdapter(list[ContentBlock])
+_THREADS = ThreadRow.__table__
+# Core, not ORM: compiled once (see `insert_rows` for why writes stay lean).
+_TOUCH_THREAD = (
+    update(_THREADS).where(_THREADS.c.id == bindparam("thread_id")).values(updated_at=bindparam("now"))
+)
 
 
 def message_from_row(row: MessageRow) -> StandardMessage:
@@ -81,8 +87,8 @@ class ThreadStore:
                 root=key.root,
                 dm_owner=dm_owner,
             )
-            session.add(row)
             try:
+                await insert_rows(session, row)
                 await session.commit()
             except IntegrityError:  # another process created it first
                 await session.rollback()
@@ -142,31 +148,30 @@ class ThreadStore:
         self, thread_id: str, messages: list[StandardMessage], event_key: str | None = None
     ) -> None:
         """Append messages at the end of the conversation, in one transaction."""
+        if not messages:
+            return
         cached = await self._refresh(thread_id)
-        seq = cached.last_seq
-        async with self._sessions() as session:
-            for message in messages:
-                seq += 1
-                session.add(
-                    MessageRow(
-                        id=message.id,
-                        thread_id=thread_id,
-                        seq=seq,
-                        role=message.role.value,
-                        content=json.dumps(_dump_blocks(message), ensure_ascii=False),
-                        schema_version=message.schema_version,
-                        event_key=event_key,
-                        created_at=message.created_at,
-                    )
-                )
-            await session.exec(
-                update(ThreadRow).where(ThreadRow.id == thread_id).values(updated_at=utcnow())
+        rows = [
+            MessageRow(
+                id=message.id,
+                thread_id=thread_id,
+                seq=cached.last_seq + offset,
+                role=message.role.value,
+                content=json.dumps(_dump_blocks(message), ensure_ascii=False),
+                schema_version=message.schema_version,
+                event_key=event_key,
+                created_at=message.created_at,
             )
+            for offset, message in enumerate(messages, start=1)
+        ]
+        async with self._sessions() as session:
+            await insert_rows(session, *rows)
+            await session.exec(_TOUCH_THREAD, params={"thread_id": thread_id, "now": utcnow()})
             await session.commit()
         for message in messages:
             cached.messages.append(message)
             append_api_message(cached.api, message)
-        cached.last_seq = seq
+        cached.last_seq += len(rows)
         if event_key:
             cached.event_keys.add(event_key)
 
