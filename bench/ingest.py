@@ -11,8 +11,10 @@ have been answered):
   model that streams each answer over about two seconds, as a real model would).
 
 The fake Slack and Anthropic servers run in a process of their own, so the load generator
-shares its interpreter with nothing. Prints ack latency p50/p99 and errors for both, and the
-ratio of the p99s. Target: gateway p99 within 2x of the floor at 200 events/s, zero errors.
+shares its interpreter with nothing, at the lowest CPU priority: in production those services
+run on other machines, so here they take only CPU nothing else wants. Prints ack latency
+p50/p99 and errors for both, and the ratio of the p99s. Target: gateway p99 within 2x of the
+floor at 200 events/s, zero errors.
 
     .venv/bin/python bench/ingest.py [--rate 200] [--seconds 10]
 """
@@ -153,6 +155,7 @@ def report(name: str, latencies: list[float], errors: int) -> float:
 
 def serve_fakes(conn: Connection) -> None:
     """Child process: the fake Slack and Anthropic servers, until the parent says stop."""
+    os.nice(19)  # stand-ins for remote services (see the module docstring)
     with FakeSlack.in_thread(bot_token="xoxb-bench", bot_user_id="UBOT", team_id="T1") as slack, \
             FakeAnthropic.in_thread() as model:
         model.respond_with(lambda _request: Reply([text("Sales are up 4% week over week. " * 8)], event_delay=0.15))

@@ -62,6 +62,10 @@ def configure_logging(level: str, fmt: str, service: str, environment: str) -> N
         handler.setFormatter(
             logging.Formatter(f"%(asctime)s %(levelname)s [{service}/{environment}] %(name)s: %(message)s")
         )
+    # Neither format shows the calling thread, process or source line: don't collect them for
+    # every record (the logging HOWTO's "Optimization" section).
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    logging._srcfile = None
     records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     writer = QueueListener(records, handler)
     writer.start()

@@ -56,7 +56,7 @@ class SlackResponder:
         for index, part in enumerate(parts):
             if index in already:
                 continue
-            await self._client.chat_postMessage(
+            await self._web().chat_postMessage(
                 channel=msg.channel,
                 thread_ts=msg.reply_in_thread,
                 markdown_text=part,
@@ -66,7 +66,7 @@ class SlackResponder:
                 },
             )
         for file in reply.files:
-            await self._client.files_upload_v2(
+            await self._web().files_upload_v2(
                 channel=msg.channel,
                 thread_ts=msg.reply_in_thread,
                 file=file.path,
@@ -97,21 +97,30 @@ class SlackResponder:
             allowed_host_suffixes=SLACK_FILE_HOSTS,
         )
 
+    def _web(self) -> AsyncWebClient:
+        # One HTTP session for every Web API call: without one, slack_sdk opens (and on
+        # slack.com TLS-handshakes) a new connection per call.
+        session = self._client.session
+        if session is None or session.closed:
+            self._client.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._client.timeout))
+        return self._client
+
     async def close(self) -> None:
-        if self._http is not None:
-            await self._http.close()
+        for session in (self._http, self._client.session):
+            if session is not None:
+                await session.close()
 
     async def _posted_parts(self, msg: InboundMessage, delivery_id: str) -> set[int]:
         """Parts of this delivery already in the conversation (found by their message metadata)."""
         if msg.reply_in_thread:
-            response = await self._client.conversations_replies(
+            response = await self._web().conversations_replies(
                 channel=msg.channel, ts=msg.reply_in_thread, include_all_metadata=True, limit=200
             )
         else:
             # Our answer came after the message was received (a scheduled run's message id is
             # not a Slack timestamp, so the receive time is the bound).
             oldest = f"{msg.received_at.timestamp() - 1:.6f}"
-            response = await self._client.conversations_history(
+            response = await self._web().conversations_history(
                 channel=msg.channel, oldest=oldest, include_all_metadata=True, limit=200
             )
         found: set[int] = set()
@@ -124,6 +133,6 @@ class SlackResponder:
 
     async def _best_effort(self, method: str, **params: Any) -> None:
         try:
-            await self._client.api_call(method, json=params)
+            await self._web().api_call(method, json=params)
         except SlackApiError as exc:
             log.debug("%s failed: %s", method, exc.response.get("error"))
