@@ -140,9 +140,15 @@ def create_app(settings: Settings) -> web.Application:
     return app
 
 
+# An idle worker hears of new work within this; a busy one is not woken for every event.
+WAKE_COALESCE_S = 0.025
+
+
 async def forward_wakeups(wakeup: asyncio.Event, workers: WorkerPool) -> None:
-    """Pass "the inbox has new work" on to the worker processes, coalescing bursts."""
+    """Pass "the inbox has new work" on to the worker processes, at most once per
+    `WAKE_COALESCE_S`: the first event of a burst at once, the rest in one wakeup after it."""
     while True:
         await wakeup.wait()
         wakeup.clear()
         workers.wake()
+        await asyncio.sleep(WAKE_COALESCE_S)

@@ -1,19 +1,21 @@
 """Logging set-up: text for people, JSON lines for log pipelines; tagged with service and env.
 
-Records are written by a background thread (the standard library's QueueListener), so a slow
-log sink — a full pipe, a busy disk — never stalls the event loop that acknowledges events.
+Records are rendered where they are logged and written by a background thread, so a slow log
+sink — a full pipe, a busy disk — never stalls the event loop that acknowledges events. The
+thread only writes finished lines, a batch per system call: it holds the GIL for microseconds,
+so the event loop hardly ever waits to get it back.
 """
 
 from __future__ import annotations
 
-import atexit
-import copy
+import contextlib
 import json
 import logging
 import queue
 import sys
+import threading
 from datetime import UTC, datetime
-from logging.handlers import QueueHandler, QueueListener
+from typing import TextIO
 
 # Request logs of these libraries can carry URLs with tokens at DEBUG: keep them at WARNING.
 _QUIET = (
@@ -40,22 +42,43 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
-class _Enqueue(QueueHandler):
-    """Hands records to the writer thread with their message and traceback already rendered
-    (arguments may change and frames go away once the caller moves on); formatting stays
-    with the writer's formatter."""
+class _LineWriter(logging.Handler):
+    """Formats each record in the thread that logs it and queues the line for a writer thread."""
 
-    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
-        record = copy.copy(record)
-        record.msg, record.args = record.getMessage(), None
-        if record.exc_info:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-            record.exc_info = None
-        return record
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self._stream = stream
+        self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._write_lines, name="log-writer", daemon=True)
+        self._thread.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._lines.put(self.format(record))
+        except Exception:  # noqa: BLE001 - logging must never raise into the caller
+            self.handleError(record)
+
+    def _write_lines(self) -> None:
+        while (line := self._lines.get()) is not None:
+            batch = [line]
+            while not self._lines.empty() and (line := self._lines.get_nowait()) is not None:
+                batch.append(line)
+            # A sink that fails (closed pipe) loses these lines; there is nowhere left to say so.
+            with contextlib.suppress(OSError, ValueError):
+                self._stream.write("\n".join(batch) + "\n")
+                self._stream.flush()
+            if line is None:
+                return
+
+    def close(self) -> None:
+        """Write what is still queued, then stop the writer thread (logging calls this at exit)."""
+        self._lines.put(None)
+        self._thread.join(timeout=5)
+        super().close()
 
 
 def configure_logging(level: str, fmt: str, service: str, environment: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _LineWriter(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter(service, environment))
     else:
@@ -66,12 +89,8 @@ def configure_logging(level: str, fmt: str, service: str, environment: str) -> N
     # every record (the logging HOWTO's "Optimization" section).
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging._srcfile = None
-    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    writer = QueueListener(records, handler)
-    writer.start()
-    atexit.register(writer.stop)  # writes what is still queued
     root = logging.getLogger()
-    root.handlers[:] = [_Enqueue(records)]
+    root.handlers[:] = [handler]
     root.setLevel(level)
     for name in _QUIET:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
