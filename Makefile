@@ -14,8 +14,15 @@ run: $(VENV)/.installed
 	$(VENV)/bin/ba-agent serve
 
 test: $(VENV)/.installed
+	$(VENV)/bin/ruff check agent_core gateway adapters skills tests bench
+	$(VENV)/bin/mypy
 	./scripts/ensure-postgres.sh
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.installed
+	$(PY) bench/startup.py
+	$(PY) bench/turn.py
+	$(PY) bench/tokens.py
+	$(PY) bench/analytics.py
+	$(PY) bench/anomaly.py
 	$(PY) bench/ingest.py

@@ -78,7 +78,18 @@ class Responder(Protocol):
     async def clear_progress(self, msg: InboundMessage) -> None:
         """Remove the progress indicator; best effort."""
 
+    async def resolve_attachments(self, msg: InboundMessage) -> list[Attachment]:
+        """The files to fetch for `msg`: its own, with any that stand for another message (a
+        quoted file) replaced by that message's files."""
+
     async def fetch_attachment(
         self, msg: InboundMessage, attachment: Attachment, dest: Path, max_bytes: int
     ) -> Path:
         """Download a file the user shared into `dest` (raises `AttachmentError`)."""
+
+    def mention(self, user: str) -> str:
+        """Markup that notifies `user` in a post (empty where the platform has none)."""
+
+    def dm_address(self, user: str) -> str | None:
+        """The channel to post to for a direct message to `user`, when the platform can address
+        a DM by user alone; None when only the DM conversation's own id will do."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
@@ -63,7 +64,7 @@ async def download(
 
 async def _write_capped(resp: aiohttp.ClientResponse, dest: Path, max_bytes: int) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.part")
+    tmp = dest.with_name(f".{uuid.uuid4().hex}.part")  # `dest` may be a maximal-length name
     size = 0
     try:
         with open(tmp, "wb") as out:

@@ -13,12 +13,12 @@ from agent_core.config import AgentConfig
 from agent_core.hooks import Hook
 from agent_core.hooks.caching import PromptCachingHook
 from agent_core.hooks.compression import CompressionHook
+from agent_core.hooks.dangling import DanglingToolCallPatch
 from agent_core.hooks.memory import MemoryHook
 from agent_core.hooks.refocus import RefocusHook
-from agent_core.memory import MemoryStore
-from agent_core.hooks.dangling import DanglingToolCallPatch
 from agent_core.hooks.skills import SkillPolicyHook
 from agent_core.loop import AgentLoop
+from agent_core.memory import MemoryStore
 from agent_core.model import ModelClient
 from agent_core.prompts import system_prompt
 from agent_core.skills.loader import SkillCatalog, bundled_skills_dir, load_skills
@@ -26,12 +26,12 @@ from agent_core.store.threads import ThreadStore
 from agent_core.subagents import DEFAULT_SUBAGENTS, TaskTool
 from agent_core.telemetry import TelemetryHook
 from agent_core.tokens import TokenCounter, check_budget, shared_cl100k
-from agent_core.tracing import TracingHook
 from agent_core.tools.base import Tool, ToolContext, ToolRegistry
 from agent_core.tools.catalog import default_tools, tools_prompt_section
 from agent_core.tools.memory_tool import MemoryTool
 from agent_core.tools.skill_tools import skill_tools
 from agent_core.tools.todo import TodoTool
+from agent_core.tracing import TracingHook
 
 log = logging.getLogger(__name__)
 

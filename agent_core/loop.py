@@ -12,18 +12,41 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, Protocol
 
 from agent_core.hooks import Hook, TurnObserver
 from agent_core.messages import Role, StandardMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from agent_core.model import ContextOverflow, ModelClient, ModelResponse, ModelUnavailable
 from agent_core.request import build_request
-from agent_core.store.threads import ThreadStore
+from agent_core.state import ThreadState
 from agent_core.tools.base import ToolContext, ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)
 
 # Returns a user-facing message when a token budget is used up, else None.
 BudgetCheck = Callable[[ToolContext], Awaitable[str | None]]
+
+
+class ConversationStore(Protocol):
+    """What the loop needs of a conversation store: `ThreadStore` (the database) or
+    `MemoryThreadStore` (sub-agents)."""
+
+    def revalidate(self, thread_id: str) -> None: ...
+
+    async def history(self, thread_id: str) -> list[StandardMessage]: ...
+
+    async def api_history(self, thread_id: str) -> list[dict[str, Any]]: ...
+
+    async def has_event(self, thread_id: str, event_key: str) -> bool: ...
+
+    async def append(
+        self, thread_id: str, messages: list[StandardMessage], event_key: str | None = None
+    ) -> None: ...
+
+    async def load_state(self, thread_id: str) -> ThreadState: ...
+
+    async def save_state(self, thread_id: str, state: ThreadState) -> None: ...
+
 
 class TurnEnd(StrEnum):
     ANSWERED = "answered"
@@ -49,7 +72,7 @@ class AgentLoop:
         self,
         model: ModelClient,
         tools: ToolRegistry,
-        store: ThreadStore,
+        store: ConversationStore,
         system_prompt: str,
         max_iterations: int = 20,
         hooks: list[Hook] | None = None,
@@ -174,6 +197,7 @@ class AgentLoop:
             result = results[call.id]
             for hook in self.hooks:
                 result = await hook.after_tool(call, result, ctx)
+            await observer.on_tool_end(call, result)
             ordered.append(result)
         return ordered
 

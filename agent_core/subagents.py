@@ -9,7 +9,7 @@ turn run in parallel (the tool is concurrency-safe).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
@@ -55,7 +55,13 @@ DEFAULT_SUBAGENTS = [
 ]
 
 
-class TaskTool(Tool):
+class TaskInput(BaseModel):
+    description: str = Field(..., min_length=10, max_length=8000, description="The complete task.")
+    # Narrowed to a Literal of the configured sub-agent names by `TaskTool`.
+    subagent_type: str = Field(..., description="Which sub-agent to use.")
+
+
+class TaskTool(Tool[TaskInput]):
     """Declared per configuration: `subagent_type` is an enum of the configured sub-agents."""
 
     name = "task"
@@ -81,13 +87,16 @@ class TaskTool(Tool):
             "description, so include every detail it needs) and returns its result. Several "
             f"task calls in one turn run in parallel. Sub-agents: {listing}."
         )
+        # A Literal of names known only at run time: a valid pydantic annotation, but not a type
+        # mypy can check statically, hence Any.
+        names: Any = Literal[tuple(self._specs)]
         self.Input = create_model(
             "TaskInput",
-            description=(str, Field(..., min_length=10, max_length=8000, description="The complete task.")),
-            subagent_type=(Literal[tuple(self._specs)], Field(..., description="Which sub-agent to use.")),
+            __base__=TaskInput,
+            subagent_type=(names, Field(..., description="Which sub-agent to use.")),
         )
 
-    async def run(self, args: BaseModel, ctx: ToolContext) -> str:
+    async def run(self, args: TaskInput, ctx: ToolContext) -> str:
         spec = self._specs[args.subagent_type]
         store = MemoryThreadStore()
         agent = AgentLoop(

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from pydantic import BaseModel
-from sqlalchemy import Integer, case, func
 from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlmodel import select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.hooks import Hook
@@ -66,51 +63,3 @@ class TelemetryHook(Hook):
                 await session.commit()
         except Exception:  # metrics must never break a conversation
             log.exception("could not record a %s call", row.kind)
-
-
-class CallStats(BaseModel):
-    kind: str
-    name: str
-    calls: int
-    avg_duration_ms: float
-    success_rate: float
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-
-
-async def call_stats(
-    sessions: async_sessionmaker[AsyncSession], thread_id: str | None = None
-) -> list[CallStats]:
-    """Per model and per tool: call count, average duration, success rate, tokens."""
-    row = CallRecordRow
-    stmt = select(
-        row.kind,
-        row.name,
-        func.count(),
-        func.avg(row.duration_ms),
-        func.avg(case((row.success, 1), else_=0).cast(Integer)),
-        func.sum(row.input_tokens),
-        func.sum(row.output_tokens),
-        func.sum(row.cache_read_tokens),
-        func.sum(row.cache_write_tokens),
-    ).group_by(row.kind, row.name).order_by(row.kind, row.name)
-    if thread_id is not None:
-        stmt = stmt.where(row.thread_id == thread_id)
-    async with sessions() as session:
-        rows = (await session.exec(stmt)).all()
-    return [
-        CallStats(
-            kind=kind,
-            name=name,
-            calls=calls,
-            avg_duration_ms=float(avg or 0),
-            success_rate=float(ok or 0),
-            input_tokens=int(tin or 0),
-            output_tokens=int(tout or 0),
-            cache_read_tokens=int(cr or 0),
-            cache_write_tokens=int(cw or 0),
-        )
-        for kind, name, calls, avg, ok, tin, tout, cr, cw in rows
-    ]

@@ -59,6 +59,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from agent_core.config import BudgetConfig
 from agent_core.messages import StandardMessage
 from agent_core.state import ThreadUsage
 from agent_core.store.tables import CallRecordRow
@@ -441,14 +442,6 @@ def usage_lines(usage: ThreadUsage) -> list[str]:
 
 
 # --------------------------------------------------------------------------- budgets
-
-
-class BudgetConfig(BaseModel):
-    """Optional token budgets (counted by `budget_tokens`); None means unlimited."""
-
-    per_conversation_tokens: int | None = Field(None, gt=0)
-    per_user_daily_tokens: int | None = Field(None, gt=0)
-    timezone: str = "UTC"  # where the daily budget's day starts
 
 
 def day_bounds(now: datetime, timezone: str) -> tuple[datetime, datetime]:

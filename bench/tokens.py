@@ -78,14 +78,14 @@ class SqlInput(BaseModel):
     query: str = Field(..., description="A read-only SQL query.")
 
 
-class WarehouseSql(Tool):
+class WarehouseSql(Tool[SqlInput]):
     """Returns rows shaped like the query asked for: daily series, breakdowns, merchant lists."""
 
     name = "sql_query"
     description = "Run a read-only SQL query against the sales warehouse and return the rows."
     Input = SqlInput
 
-    async def run(self, args: SqlInput, ctx: ToolContext) -> list[dict[str, Any]]:  # type: ignore[override]
+    async def run(self, args: SqlInput, ctx: ToolContext) -> list[dict[str, Any]]:
         seed = sum(args.query.encode())
         rng = random.Random(seed)
         rows = rng.choice([120, 240, 360])

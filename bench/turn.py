@@ -29,9 +29,9 @@ from agent_core.messages import (  # noqa: E402
     Role,
     StandardMessage,
     TextBlock,
+    ThreadKey,
     ToolResultBlock,
     ToolUseBlock,
-    ThreadKey,
 )
 from agent_core.model import ModelResponse, Usage  # noqa: E402
 from agent_core.store.db import create_engine, session_factory  # noqa: E402
@@ -65,12 +65,16 @@ def seed_history(thread_id: str, n: int) -> list[StandardMessage]:
     messages: list[StandardMessage] = []
     i = 0
     while len(messages) < n:
-        messages.append(StandardMessage(thread_id=thread_id, role=Role.USER, content=[TextBlock(text=f"Question {i}: how did orders move by region last week?")]))
+        question = TextBlock(text=f"Question {i}: how did orders move by region last week?")
+        messages.append(StandardMessage(thread_id=thread_id, role=Role.USER, content=[question]))
         if len(messages) + 3 <= n:
-            call = ToolUseBlock(id=f"toolu_{i}", name="sql_query", input={"sql": "SELECT region, SUM(orders) FROM demo.sales GROUP BY 1"})
+            call = ToolUseBlock(
+                id=f"toolu_{i}", name="sql_query", input={"sql": "SELECT region, SUM(orders) FROM demo.sales GROUP BY 1"}
+            )
             messages.append(StandardMessage(thread_id=thread_id, role=Role.ASSISTANT, content=[call]))
             table = "| region | orders |\n|---|---|\n" + "\n".join(f"| R{r} | {1000 + r} |" for r in range(20))
-            messages.append(StandardMessage(thread_id=thread_id, role=Role.USER, content=[ToolResultBlock(tool_use_id=call.id, content=table)]))
+            result = ToolResultBlock(tool_use_id=call.id, content=table)
+            messages.append(StandardMessage(thread_id=thread_id, role=Role.USER, content=[result]))
         messages.append(StandardMessage(thread_id=thread_id, role=Role.ASSISTANT, content=[TextBlock(text=ANSWER)]))
         i += 1
     return messages[:n] if messages[n - 1].role is Role.ASSISTANT else messages[: n - 1]
@@ -89,7 +93,9 @@ async def measure(size: int, turns: int, data_dir: Path) -> float:
     timings = []
     for turn in range(turns + 1):
         ctx = ToolContext(thread_id=thread_id, data_dir=data_dir, channel="C", user="U1")
-        question = StandardMessage(thread_id=thread_id, role=Role.USER, content=[TextBlock(text=f"Follow-up {turn}: and by channel?")])
+        question = StandardMessage(
+            thread_id=thread_id, role=Role.USER, content=[TextBlock(text=f"Follow-up {turn}: and by channel?")]
+        )
         started = time.perf_counter()
         await agent.run_turn(thread_id, question, event_key=f"e{turn}", ctx=ctx)
         if turn:  # the first turn reads the whole thread from the database once

@@ -8,7 +8,7 @@ import logging
 from aiohttp import web
 from sqlalchemy import text
 
-from agent_core.telemetry import call_stats
+from agent_core.store.call_stats import call_stats
 from gateway.config import Settings
 from gateway.metrics import render_metrics
 from gateway.migrate import upgrade
@@ -30,7 +30,7 @@ def describe_configuration(settings: Settings) -> str:
         f"slack ({settings.slack_mode})" if settings.slack_configured else "slack (off)",
         f"feishu ({settings.feishu_mode})" if settings.feishu_configured else "feishu (off)",
     ]
-    model = f"{settings.model} via {settings.anthropic_base_url or 'api.anthropic.com'}"
+    model = f"{settings.model} via {settings.base_url or 'api.anthropic.com'}"
     if not settings.model_configured:
         model += " (off)"
     missing = settings.missing()

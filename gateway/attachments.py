@@ -9,7 +9,7 @@ import logging
 from adapters.base import Responder
 from adapters.download import AttachmentError
 from agent_core.data.errors import UnsupportedUploadType, UploadError
-from agent_core.data.uploads import UploadLimits, load_upload
+from agent_core.data.uploads import LoadedTable, UploadLimits, load_upload, tables_of_file
 from agent_core.messages import InboundMessage
 from agent_core.tools.base import ToolContext
 from agent_core.tools.sql import conversation_database
@@ -22,11 +22,21 @@ log = logging.getLogger(__name__)
 async def ingest_attachments(
     responder: Responder, msg: InboundMessage, ctx: ToolContext, limits: UploadLimits
 ) -> list[str]:
-    """Fetch and load each attachment; returns one note per file for the model to read."""
+    """Fetch and load each attachment; returns one note per file for the model to read.
+
+    A file that cannot be fetched or read gets a note naming it and the reason; the question
+    is answered all the same. A file already loaded in this conversation (a retried delivery
+    of the same message) is neither fetched nor loaded again.
+    """
     workspace = workspace_for(ctx.data_dir, ctx.thread_id)
+    database = conversation_database(ctx)
     notes: list[str] = []
-    for attachment in msg.attachments:
+    for attachment in await responder.resolve_attachments(msg):
         virtual = f"/uploads/{sanitize_filename(attachment.name)}"
+        tables = await asyncio.to_thread(tables_of_file, database, attachment.file_id) if attachment.file_id else []
+        if tables:
+            notes.extend(_table_notes(attachment.name, tables))
+            continue
         try:
             dest = await workspace.real_path(virtual, must_exist=False)
             path = await responder.fetch_attachment(msg, attachment, dest, limits.max_bytes)
@@ -35,7 +45,7 @@ async def ingest_attachments(
             continue
         try:
             tables = await asyncio.to_thread(
-                load_upload, conversation_database(ctx), path, attachment.name, limits
+                load_upload, database, path, attachment.name, limits, file_id=attachment.file_id
             )
         except UnsupportedUploadType:
             notes.append(f"{attachment.name}: saved as {virtual} (not a table format).")
@@ -43,11 +53,21 @@ async def ingest_attachments(
         except UploadError as exc:
             notes.append(f"{attachment.name}: saved as {virtual} but not loaded: {exc}")
             continue
-        for table in tables:
-            columns = ", ".join(f"{c.name} {c.type}" for c in table.columns[:30])
-            sheet = f" (sheet {table.sheet})" if table.sheet else ""
-            notes.append(
-                f"{attachment.name}{sheet}: loaded as table `{table.table_name}` with "
-                f"{table.row_count:,} rows; columns: {columns}."
-            )
+        except Exception:  # one unreadable file must not fail the whole turn
+            log.exception("upload %s could not be loaded", attachment.file_id or "(no id)")
+            notes.append(f"{attachment.name}: saved as {virtual} but could not be read as a table.")
+            continue
+        notes.extend(_table_notes(attachment.name, tables))
+    return notes
+
+
+def _table_notes(name: str, tables: list[LoadedTable]) -> list[str]:
+    notes = []
+    for table in tables:
+        columns = ", ".join(f"{c.name} {c.type}" for c in table.columns[:30])
+        sheet = f" (sheet {table.sheet})" if table.sheet else ""
+        notes.append(
+            f"{name}{sheet}: loaded as table `{table.table_name}` with "
+            f"{table.row_count:,} rows; columns: {columns}."
+        )
     return notes

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlmodel import col
 
 from agent_core.store.tables import ThreadRow
 from agent_core.workspace import thread_dir_name
@@ -170,7 +171,7 @@ async def _sync_index(
     """Upsert what the scan found, forget what is gone; returns the files with their indexed
     last access (the later of the index's and the disk's)."""
     async with engine.connect() as conn:
-        known = dict((await conn.execute(select(DataFileRow.path, DataFileRow.last_access_at))).all())
+        known = dict((await conn.execute(select(col(DataFileRow.path), col(DataFileRow.last_access_at)))).all())
     files = [
         replace(f, last_access_at=max(f.last_access_at, known.get(f.path, f.last_access_at)))
         for f in scanned
@@ -202,7 +203,7 @@ async def _sync_index(
         gone = sorted(set(known) - {f.path for f in files})
         for start in range(0, len(gone), _BATCH):
             batch = gone[start : start + _BATCH]
-            await conn.execute(delete(DataFileRow).where(DataFileRow.path.in_(batch)))
+            await conn.execute(delete(DataFileRow).where(col(DataFileRow.path).in_(batch)))
     return files
 
 
@@ -217,8 +218,8 @@ async def _threads(engine: AsyncEngine, workspaces: set[str]) -> dict[str, _Thre
     async with engine.connect() as conn:
         for start in range(0, len(names), _BATCH):
             rows = await conn.execute(
-                select(ThreadRow.id, ThreadRow.updated_at, ThreadRow.archived_at).where(
-                    ThreadRow.id.in_(names[start : start + _BATCH])
+                select(col(ThreadRow.id), col(ThreadRow.updated_at), col(ThreadRow.archived_at)).where(
+                    col(ThreadRow.id).in_(names[start : start + _BATCH])
                 )
             )
             for thread_id, updated_at, archived_at in rows:
@@ -247,4 +248,4 @@ async def _drop_rows(engine: AsyncEngine, paths: set[str]) -> None:
     async with engine.begin() as conn:
         for start in range(0, len(ordered), _BATCH):
             batch = ordered[start : start + _BATCH]
-            await conn.execute(delete(DataFileRow).where(DataFileRow.path.in_(batch)))
+            await conn.execute(delete(DataFileRow).where(col(DataFileRow.path).in_(batch)))

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import gc
 import logging
+import socket
 import sys
 
 from gateway.config import ConfigError, Settings, load_settings
+
+
+class StartupError(Exception):
+    """The service cannot start as configured (port taken, unsafe data source…)."""
 
 
 def _configure_logging(settings: Settings) -> None:
@@ -21,22 +27,54 @@ def _configure_logging(settings: Settings) -> None:
         configure_tracing(settings.otel_endpoint, settings.otel_sample_rate, settings.service_name, settings.environment)
 
 
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """Bind the service's port first, so a taken port stops start-up before anything runs."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        reason = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be used ({exc.strerror})"
+        raise StartupError(f"port {port} on {host} {reason}; set BA_PORT or --port") from None
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
 def _serve(args: argparse.Namespace) -> int:
+    overrides = {k: v for k, v in {"BA_HOST": args.host, "BA_PORT": args.port}.items() if v is not None}
+    settings = load_settings(**overrides)
+    sock = _listening_socket(settings.host, settings.port)
+    _configure_logging(settings)
+    _verify_datasources(settings)
+
     from aiohttp import web
 
     from gateway.app import create_app
 
-    overrides = {k: v for k, v in {"BA_HOST": args.host, "BA_PORT": args.port}.items() if v is not None}
-    settings = load_settings(**overrides)
-    _configure_logging(settings)
     app = create_app(settings)
     # What start-up built lives as long as the process: keep it out of the cyclic collector's
     # scans, whose full passes would otherwise stall the event loop for milliseconds.
     gc.freeze()
     print(f"BA-Agent Gateway listening on http://{settings.host}:{settings.port}", flush=True)
-    web.run_app(app, host=settings.host, port=settings.port, print=None, access_log=None)
+    web.run_app(app, sock=sock, print=None, access_log=None)
     gc.unfreeze()  # let extension modules see their objects released at exit
     return 0
+
+
+def _verify_datasources(settings: Settings) -> None:
+    """Refuse data sources whose database role can do more than read (least privilege), unless
+    the operator set `allow_privileged` for that source (then logged at WARNING every start)."""
+    if not settings.datasources:
+        return
+    from agent_core.data.privileges import PrivilegedSourceError, verify_sources
+
+    try:
+        verify_sources(settings.datasources, logging.getLogger("gateway.datasources"))
+    except PrivilegedSourceError as exc:
+        raise StartupError(f"BA_DATASOURCES: {exc}") from None
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -44,6 +82,8 @@ def _worker(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     _configure_logging(settings)
+    if not args.supervised:  # serve checked the sources before starting its workers
+        _verify_datasources(settings)
     asyncio.run(run_worker(settings, supervised=args.supervised))
     return 0
 
@@ -53,6 +93,7 @@ def _chat(_args: argparse.Namespace) -> int:
 
     settings = load_settings()
     logging.basicConfig(level=logging.WARNING)
+    _verify_datasources(settings)
     asyncio.run(run_chat(settings))
     return 0
 
@@ -68,21 +109,31 @@ def _db_upgrade(_args: argparse.Namespace) -> int:
 
 def _skills_list(_args: argparse.Namespace) -> int:
     from agent_core.agent import load_skill_catalog
-    from gateway.runtime import agent_config
 
-    catalog = load_skill_catalog(agent_config(load_settings()))
+    catalog = load_skill_catalog(load_settings())
     for skill in catalog:
         flags = " (not model-invocable)" if skill.frontmatter.disable_model_invocation else ""
-        print(f"{skill.name}{flags}\n    {skill.frontmatter.description}\n    {skill.path}")
+        print(f"{skill.name}{flags}\n    {skill.frontmatter.description}\n    {skill.directory}")
     for error in catalog.errors:
         print(f"ERROR {error}")
     return 1 if catalog.errors else 0
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from gateway.stats import print_stats
+    from gateway.stats import UnknownThread, print_stats
 
-    asyncio.run(print_stats(load_settings(), args.thread))
+    try:
+        asyncio.run(print_stats(load_settings(), args.thread))
+    except UnknownThread as exc:
+        print(f"ba-agent: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _threads(args: argparse.Namespace) -> int:
+    from gateway.stats import print_threads
+
+    asyncio.run(print_threads(load_settings(), args.limit))
     return 0
 
 
@@ -105,7 +156,9 @@ def _memory(args: argparse.Namespace) -> int:
 def _tool_run(args: argparse.Namespace) -> int:
     from gateway.tool_runner import run_tool
 
-    return asyncio.run(run_tool(load_settings(), args.name, args.json, args.thread))
+    settings = load_settings()
+    _verify_datasources(settings)
+    return asyncio.run(run_tool(settings, args.name, args.json, args.thread))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--thread", help="only this conversation (thread id)")
     stats.set_defaults(func=_stats)
 
+    threads = commands.add_parser("threads", help="recent conversations and their ids")
+    threads.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    threads.set_defaults(func=_threads)
+
     tool = commands.add_parser("tool", help="run agent tools outside a conversation")
     tool_commands = tool.add_subparsers(dest="tool_command", required=True)
     tool_run = tool_commands.add_parser("run", help="run one tool; prints its raw result as JSON")
@@ -168,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"ba-agent: {exc}", file=sys.stderr)
         return 2
+    except StartupError as exc:
+        print(f"ba-agent: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

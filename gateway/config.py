@@ -6,33 +6,36 @@ message naming that variable. Secrets are `SecretStr` so they never show up in l
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
+
+from agent_core.config import DEFAULT_MODEL, AgentConfig
 
 if TYPE_CHECKING:
     from adapters.feishu.config import FeishuConfig
     from adapters.slack.app import SlackConfig
 from sqlalchemy.exc import ArgumentError
 
-DEFAULT_MODEL = "claude-sonnet-5-5"
+__all__ = ["DEFAULT_MODEL", "ConfigError", "Settings", "load_settings"]
 
 
 class ConfigError(Exception):
     """The configuration is invalid; the message names the offending variables."""
 
 
-class Settings(BaseSettings):
+class Settings(AgentConfig):
+    """The gateway's settings on top of the agent core's own (`AgentConfig`), which the
+    runtime hands to the core as they are."""
+
     model_config = SettingsConfigDict(
         env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
     )
 
     host: str = Field("127.0.0.1", validation_alias="BA_HOST")
     port: int = Field(8080, ge=1, le=65535, validation_alias="BA_PORT")
-    data_dir: Path = Field(Path("./data"), validation_alias="BA_DATA_DIR")
     database_url: str | None = Field(None, validation_alias="DATABASE_URL")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", validation_alias="BA_LOG_LEVEL"
@@ -44,14 +47,6 @@ class Settings(BaseSettings):
     otel_endpoint: str | None = Field(None, validation_alias="BA_OTEL_ENDPOINT")
     otel_sample_rate: float = Field(1.0, ge=0.0, le=1.0, validation_alias="BA_OTEL_SAMPLE_RATE")
 
-    anthropic_api_key: SecretStr | None = Field(None, validation_alias="ANTHROPIC_API_KEY")
-    anthropic_base_url: str | None = Field(None, validation_alias="ANTHROPIC_BASE_URL")
-    model: str = Field(DEFAULT_MODEL, validation_alias="BA_MODEL")
-    max_tokens: int = Field(8192, ge=256, validation_alias="BA_MAX_TOKENS")
-    max_iterations: int = Field(20, ge=1, le=200, validation_alias="BA_MAX_ITERATIONS")
-    model_retries: int = Field(3, ge=0, le=10, validation_alias="BA_MODEL_RETRIES")
-    model_timeout_s: float = Field(300.0, gt=0, validation_alias="BA_MODEL_TIMEOUT")
-    skills_dir: Path | None = Field(None, validation_alias="BA_SKILLS_DIR")
 
     slack_bot_token: SecretStr | None = Field(None, validation_alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(None, validation_alias="SLACK_SIGNING_SECRET")
@@ -69,17 +64,11 @@ class Settings(BaseSettings):
     feishu_domain: str = Field("https://open.feishu.cn", validation_alias="FEISHU_DOMAIN")
     feishu_mode: Literal["webhook", "websocket"] = Field("webhook", validation_alias="FEISHU_MODE")
 
-    datasources: str | None = Field(None, validation_alias="BA_DATASOURCES")
     schedule_admins: Annotated[list[str], NoDecode] = Field(default_factory=list, validation_alias="BA_SCHEDULE_ADMINS")
     file_ttl_hours: float = Field(24.0, gt=0, validation_alias="BA_FILE_TTL_HOURS")
     data_size_cap_gb: float = Field(10.0, gt=0, validation_alias="BA_DATA_SIZE_CAP_GB")
     idle_after_minutes: int = Field(120, ge=1, validation_alias="BA_IDLE_AFTER_MINUTES")
-    conversation_token_budget: int | None = Field(None, gt=0, validation_alias="BA_CONVERSATION_TOKEN_BUDGET")
-    user_daily_token_budget: int | None = Field(None, gt=0, validation_alias="BA_USER_DAILY_TOKEN_BUDGET")
-    refocus_every: int = Field(5, ge=1, validation_alias="BA_REFOCUS_EVERY")
-    compress_at: float = Field(0.8, gt=0.1, lt=1.0, validation_alias="BA_COMPRESS_AT")
 
-    max_upload_mb: int = Field(50, ge=1, le=2048, validation_alias="BA_MAX_UPLOAD_MB")
     max_concurrent_turns: int = Field(8, ge=1, le=256, validation_alias="BA_MAX_CONCURRENT_TURNS")
     worker_processes: int = Field(1, ge=0, le=64, validation_alias="BA_WORKER_PROCESSES")
     lease_seconds: float = Field(60.0, gt=0, validation_alias="BA_LEASE_SECONDS")
@@ -110,13 +99,6 @@ class Settings(BaseSettings):
             raise ValueError(f"database {backend!r} is not supported (use sqlite or postgresql)")
         return value
 
-    @field_validator("anthropic_base_url")
-    @classmethod
-    def _base_url_without_v1(cls, value: str | None) -> str | None:
-        if value and value.rstrip("/").endswith("/v1"):
-            raise ValueError("is the SDK's base URL and must not end in /v1")
-        return value
-
     @property
     def effective_database_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.data_dir / 'ba_agent.db').resolve()}"
@@ -129,10 +111,6 @@ class Settings(BaseSettings):
     @property
     def feishu_configured(self) -> bool:
         return bool(self.feishu_app_id and self.feishu_app_secret)
-
-    @property
-    def model_configured(self) -> bool:
-        return self.anthropic_api_key is not None or self.anthropic_base_url is not None
 
     def missing(self) -> list[str]:
         """Names of variables that would enable more of the service, for the start-up log."""
@@ -191,7 +169,7 @@ class Settings(BaseSettings):
             ) from None
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Read settings, turning validation errors into one message that names each variable."""
     try:
         return Settings(**overrides)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from opentelemetry import trace
 
 from adapters.base import AnswerStream, Responder
+from agent_core.data.uploads import UploadLimits
 from agent_core.hooks import TurnObserver
 from agent_core.loop import AgentLoop
 from agent_core.messages import (
@@ -29,9 +30,8 @@ from agent_core.messages import (
     new_id,
 )
 from agent_core.store.threads import ThreadStore
-from agent_core.tools.base import ToolContext
+from agent_core.tools.base import ToolContext, ToolResult
 from agent_core.tracing import TRACER_NAME
-from agent_core.data.uploads import UploadLimits
 from gateway.attachments import ingest_attachments
 from gateway.inbox import Inbox
 from gateway.outbound import OutboundLedger
@@ -67,6 +67,11 @@ class _ProgressObserver(TurnObserver):
     async def on_tool_start(self, call: ToolUseBlock) -> None:
         self._text = ""
         await self._responder.show_status(self._msg, f"Running {call.name}…")
+
+    async def on_tool_end(self, call: ToolUseBlock, result: ToolResult) -> None:
+        if result.is_error:  # a failed step must not look like a successful one
+            kind = result.error_type.value if result.error_type else "error"
+            await self._responder.show_status(self._msg, f"{call.name} failed ({kind})")
 
 
 class Dispatcher:

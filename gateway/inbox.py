@@ -12,11 +12,13 @@ import asyncio
 import sqlite3
 import time
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import Select, bindparam, delete, func, select, update
-from sqlalchemy.orm import aliased
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.orm import aliased
+from sqlmodel import col
 
 from adapters.base import AcceptOutcome
 from agent_core.messages import InboundMessage, utcnow
@@ -31,29 +33,32 @@ def _threads_with_work_statement() -> Select:
     # Built once: constructing this select (with its alias) costs more than running it.
     older = aliased(InboundEventRow)
     older_open = (
-        select(older.id)
+        select(col(older.id))
         .where(
-            older.thread_key == InboundEventRow.thread_key,
-            older.status.in_(_OPEN),
-            older.id < InboundEventRow.id,
+            col(older.thread_key) == InboundEventRow.thread_key,
+            col(older.status).in_(_OPEN),
+            col(older.id) < col(InboundEventRow.id),
         )
         .exists()
     )
     # A thread someone is answering is not offered: trying its lease would be a write for nothing.
     leased = (
-        select(ThreadLeaseRow.thread_key)
-        .where(ThreadLeaseRow.thread_key == InboundEventRow.thread_key, ThreadLeaseRow.expires_at >= bindparam("now"))
+        select(col(ThreadLeaseRow.thread_key))
+        .where(
+            col(ThreadLeaseRow.thread_key) == InboundEventRow.thread_key,
+            col(ThreadLeaseRow.expires_at) >= bindparam("now"),
+        )
         .exists()
     )
     return (
-        select(InboundEventRow.thread_key)
+        select(col(InboundEventRow.thread_key))
         .where(
-            InboundEventRow.status.in_(_OPEN),
-            InboundEventRow.available_at <= bindparam("now"),
+            col(InboundEventRow.status).in_(_OPEN),
+            col(InboundEventRow.available_at) <= bindparam("now"),
             ~older_open,
             ~leased,
         )
-        .order_by(InboundEventRow.id)
+        .order_by(col(InboundEventRow.id))
         .limit(bindparam("limit"))
     )
 
@@ -87,11 +92,13 @@ class SQLiteInboxWriter:
         sqlite_pragmas(self._conn, None)
         self._conn.execute("PRAGMA busy_timeout=0")
         # The same text form SQLAlchemy gives these columns, so every reader parses them alike.
-        self._time = UTCDateTime().bind_processor(sqlite.dialect())
+        processor = UTCDateTime().bind_processor(sqlite.dialect())
+        assert processor is not None  # a TypeDecorator with process_bind_param always has one
+        self._time = processor
 
     async def insert(self, row: dict[str, object]) -> bool:
         """Insert `row` and commit; False when its event or message is already stored."""
-        params = {c: row[c] for c in self._COLUMNS}
+        params: dict[str, Any] = {c: row[c] for c in self._COLUMNS}
         for column in ("available_at", "created_at", "updated_at"):
             params[column] = self._time(params[column])
         loop = asyncio.get_running_loop()
@@ -129,7 +136,7 @@ class Inbox:
         self._engine = engine
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
         self._accept_statement = (
-            self._insert(InboundEventRow).on_conflict_do_nothing().returning(InboundEventRow.id)
+            self._insert(InboundEventRow).on_conflict_do_nothing().returning(col(InboundEventRow.id))
         )
         database = engine.url.database
         self._sqlite_writer = (
@@ -176,21 +183,21 @@ class Inbox:
 
     async def open_events(self) -> int:
         """How many accepted events are not answered yet."""
-        stmt = select(func.count()).select_from(InboundEventRow).where(InboundEventRow.status.in_(_OPEN))
+        stmt = select(func.count()).select_from(InboundEventRow).where(col(InboundEventRow.status).in_(_OPEN))
         async with self._engine.connect() as conn:
             return (await conn.execute(stmt)).scalar_one()
 
     async def acquire_lease(self, thread_key: str, owner: str, seconds: float) -> bool:
         """Take (or extend) the lease on a thread; False when someone else holds it."""
         now = utcnow()
-        stmt = self._insert(ThreadLeaseRow).values(
+        lease = self._insert(ThreadLeaseRow).values(
             thread_key=thread_key, owner=owner, expires_at=now + timedelta(seconds=seconds)
         )
-        stmt = stmt.on_conflict_do_update(
+        stmt = lease.on_conflict_do_update(
             index_elements=["thread_key"],
-            set_={"owner": stmt.excluded.owner, "expires_at": stmt.excluded.expires_at},
-            where=(ThreadLeaseRow.expires_at < now) | (ThreadLeaseRow.owner == owner),
-        ).returning(ThreadLeaseRow.owner)
+            set_={"owner": lease.excluded.owner, "expires_at": lease.excluded.expires_at},
+            where=(col(ThreadLeaseRow.expires_at) < now) | (col(ThreadLeaseRow.owner) == owner),
+        ).returning(col(ThreadLeaseRow.owner))
         async with self._engine.begin() as conn:
             return (await conn.execute(stmt)).first() is not None
 
@@ -198,7 +205,7 @@ class Inbox:
         async with self._engine.begin() as conn:
             await conn.execute(
                 delete(ThreadLeaseRow).where(
-                    ThreadLeaseRow.thread_key == thread_key, ThreadLeaseRow.owner == owner
+                    col(ThreadLeaseRow.thread_key) == thread_key, col(ThreadLeaseRow.owner) == owner
                 )
             )
 
@@ -208,8 +215,8 @@ class Inbox:
         A newer event never overtakes an older one that is waiting to be retried."""
         stmt = (
             select(InboundEventRow)
-            .where(InboundEventRow.thread_key == thread_key, InboundEventRow.status.in_(_OPEN))
-            .order_by(InboundEventRow.id)
+            .where(col(InboundEventRow.thread_key) == thread_key, col(InboundEventRow.status).in_(_OPEN))
+            .order_by(col(InboundEventRow.id))
             .limit(1)
         )
         async with self._engine.connect() as conn:
@@ -242,6 +249,6 @@ class Inbox:
         async with self._engine.begin() as conn:
             await conn.execute(
                 update(InboundEventRow)
-                .where(InboundEventRow.id == event_row_id)
+                .where(col(InboundEventRow.id) == event_row_id)
                 .values(updated_at=utcnow(), **values)
             )

@@ -4,6 +4,10 @@ Records are rendered where they are logged and written by a background thread, s
 sink — a full pipe, a busy disk — never stalls the event loop that acknowledges events. The
 thread only writes finished lines, a batch per system call: it holds the GIL for microseconds,
 so the event loop hardly ever waits to get it back.
+
+One record is one line: the text format escapes line breaks and other control characters in
+the message (and in an exception's message), and JSON encodes them, so text from a request — a
+chat message, a header — can never start a line that looks like a record of its own.
 """
 
 from __future__ import annotations
@@ -12,16 +16,80 @@ import contextlib
 import json
 import logging
 import queue
+import re
 import sys
 import threading
+import traceback
 from datetime import UTC, datetime
+from types import TracebackType
 from typing import TextIO
 
-# Request logs of these libraries can carry URLs with tokens at DEBUG: keep them at WARNING.
+# Request logs of these libraries can carry URLs with tokens, or whole request bodies, below
+# WARNING: keep them at WARNING. Their levels are set here, and a filter on our handler enforces
+# the same for libraries that reset their loggers' levels later (slack-bolt does when an app is
+# built).
 _QUIET = (
     "httpx", "httpx2", "httpcore", "httpcore2", "slack_bolt", "slack_sdk", "anthropic", "aiosqlite",
     "alembic", "apscheduler", "Lark",
 )
+
+# C0 and C1 control characters except tab, and the Unicode line and paragraph separators.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r"}
+_JSON_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and control characters escaped (``\\n``, ``\\x1b``, ``\\u2028``)."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[char]
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+class TextFormatter(logging.Formatter):
+    """The text format: one line per record, plus the traceback's lines for an exception.
+
+    The message (after %-formatting with its arguments) is escaped with :func:`one_line`. A
+    traceback keeps its layout (frames are indented source lines), but each exception's own
+    message in it, which may quote input, is escaped too.
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = one_line(record.message)
+        return super().formatMessage(record)
+
+    def formatException(
+        self,
+        ei: tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None],
+    ) -> str:
+        if ei[1] is None:
+            return super().formatException(ei)
+        exc = traceback.TracebackException(type(ei[1]), ei[1], ei[2])
+        messages: set[str] = set()
+        pending = [exc]
+        while pending:
+            current = pending.pop()
+            messages.update(current.format_exception_only())
+            pending += [e for e in (current.__cause__, current.__context__) if e is not None]
+            pending += getattr(current, "exceptions", None) or []
+        chunks = (
+            one_line(chunk.rstrip("\n")) + "\n" if chunk in messages else chunk
+            for chunk in exc.format()
+        )
+        return "".join(chunks).rstrip("\n")
+
+
+class QuietLibraries(logging.Filter):
+    """Drops records below WARNING from the libraries in ``_QUIET``, whatever their loggers'
+    levels have been reset to."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or record.name.split(".", 1)[0] not in _QUIET
 
 
 class JsonFormatter(logging.Formatter):
@@ -39,7 +107,9 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_text or record.exc_info:
             entry["exception"] = record.exc_text or self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
+        # json.dumps escapes C0 controls but, without ensure_ascii, leaves NEL and the Unicode
+        # line separators raw, which many readers (Python's splitlines, JavaScript) break on.
+        return json.dumps(entry, ensure_ascii=False).translate(_JSON_LINE_BREAKS)
 
 
 class _LineWriter(logging.Handler):
@@ -79,11 +149,12 @@ class _LineWriter(logging.Handler):
 
 def configure_logging(level: str, fmt: str, service: str, environment: str) -> None:
     handler = _LineWriter(sys.stderr)
+    handler.addFilter(QuietLibraries())
     if fmt == "json":
         handler.setFormatter(JsonFormatter(service, environment))
     else:
         handler.setFormatter(
-            logging.Formatter(f"%(asctime)s %(levelname)s [{service}/{environment}] %(name)s: %(message)s")
+            TextFormatter(f"%(asctime)s %(levelname)s [{service}/{environment}] %(name)s: %(message)s")
         )
     # Neither format shows the calling thread, process or source line: don't collect them for
     # every record (the logging HOWTO's "Optimization" section).

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from agent_core.telemetry import CallStats
+from agent_core.store.call_stats import CallStats
 
 
 class _Snapshot:

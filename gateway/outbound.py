@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlalchemy import update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlmodel import col
 
 from agent_core.messages import OutboundReply, utcnow
 from gateway.tables import DeliveryStatus, OutboundDeliveryRow
@@ -34,7 +35,7 @@ class OutboundLedger:
         """Record the answer (first call wins) and count the attempt; None when it was already sent.
 
         One upsert, so the write is a single statement (see `agent_core.store.db.insert_rows`)."""
-        stmt = self._insert(OutboundDeliveryRow).values(
+        record = self._insert(OutboundDeliveryRow).values(
             id=delivery_id,
             event_row_id=event_row_id,
             platform=platform,
@@ -43,11 +44,11 @@ class OutboundLedger:
             attempts=1,
             created_at=utcnow(),
         )
-        stmt = stmt.on_conflict_do_update(
+        stmt = record.on_conflict_do_update(
             index_elements=["id"],
-            set_={"attempts": OutboundDeliveryRow.attempts + 1},
-            where=OutboundDeliveryRow.status != DeliveryStatus.SENT.value,
-        ).returning(OutboundDeliveryRow.attempts, OutboundDeliveryRow.reply)
+            set_={"attempts": col(OutboundDeliveryRow.attempts) + 1},
+            where=col(OutboundDeliveryRow.status) != DeliveryStatus.SENT.value,
+        ).returning(col(OutboundDeliveryRow.attempts), col(OutboundDeliveryRow.reply))
         async with self._engine.begin() as conn:
             row = (await conn.execute(stmt)).first()
         if row is None:
@@ -60,6 +61,6 @@ class OutboundLedger:
         async with self._engine.begin() as conn:
             await conn.execute(
                 update(OutboundDeliveryRow)
-                .where(OutboundDeliveryRow.id == delivery_id)
+                .where(col(OutboundDeliveryRow.id) == delivery_id)
                 .values(status=DeliveryStatus.SENT.value, sent_at=utcnow())
             )

@@ -1,58 +1,39 @@
-"""Everything the service runs on, built once from `Settings` and closed once."""
+"""Everything the service runs on, built once from `Settings` and closed once.
+
+The agent (model client, tools, the analytics stack) is built only by a process that answers
+(`start_dispatcher`): the accepting `serve` process never imports it, so it starts fast and
+stays small.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from datetime import timedelta
 from dataclasses import dataclass, field
-from pathlib import Path
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+if TYPE_CHECKING:
+    from agent_core.loop import AgentLoop
+    from gateway.dispatcher import Dispatcher
+
 from adapters.base import Responder
-from agent_core.agent import build_agent
-from agent_core.config import AgentConfig
-from agent_core.data.uploads import UploadLimits
-from agent_core.loop import AgentLoop
 from agent_core.messages import InboundMessage
 from agent_core.store.db import create_engine, session_factory, sqlite_checkpointer
 from agent_core.store.threads import ThreadStore
 from agent_core.tools.base import ToolContext
-from agent_core.context.compression import CompressionConfig
-from agent_core.hooks.refocus import RefocusConfig
-from agent_core.tokens import BudgetConfig
 from gateway.cleanup import CleanupConfig
 from gateway.config import Settings
-from gateway.scheduler import Scheduler, SchedulerConfig
-from gateway.schedules import ScheduleStore, conversation_extras, schedule_tools
-from gateway.dispatcher import Dispatcher
 from gateway.inbox import Inbox
 from gateway.outbound import OutboundLedger
+from gateway.scheduler import Scheduler, SchedulerConfig
+from gateway.schedules import ScheduleStore, conversation_extras, schedule_tools
 
 log = logging.getLogger(__name__)
-
-
-def agent_config(settings: Settings) -> AgentConfig:
-    return AgentConfig(
-        api_key=settings.anthropic_api_key,
-        base_url=settings.anthropic_base_url,
-        model=settings.model,
-        max_tokens=settings.max_tokens,
-        max_iterations=settings.max_iterations,
-        model_retries=settings.model_retries,
-        model_timeout_s=settings.model_timeout_s,
-        data_dir=settings.data_dir.resolve(),
-        skills_dir=settings.skills_dir,
-        compression=CompressionConfig(threshold=settings.compress_at),
-        refocus=RefocusConfig(every_calls=settings.refocus_every),
-        budgets=BudgetConfig(
-            per_conversation_tokens=settings.conversation_token_budget,
-            per_user_daily_tokens=settings.user_daily_token_budget,
-        ),
-    )
 
 
 def scheduler_config(settings: Settings) -> SchedulerConfig:
@@ -73,15 +54,16 @@ class Runtime:
     store: ThreadStore
     inbox: Inbox
     ledger: OutboundLedger
-    agent: AgentLoop | None
     scheduler: Scheduler
+    schedules: ScheduleStore
     responders: dict[str, Responder] = field(default_factory=dict)
+    agent: AgentLoop | None = None
     dispatcher: Dispatcher | None = None
     _checkpointer: asyncio.Task[None] | None = None
 
     @classmethod
     def build(cls, settings: Settings) -> Runtime:
-        """Create engine, stores and agent (no I/O yet)."""
+        """Create engine and stores (no I/O yet)."""
         engine = create_engine(settings.effective_database_url)
         sessions = session_factory(engine)
         store = ThreadStore(sessions)
@@ -89,22 +71,29 @@ class Runtime:
         responders: dict[str, Responder] = {}  # shared with the scheduler; adapters fill it
         schedules = ScheduleStore(sessions)
         scheduler = Scheduler(
-            engine, inbox, schedules, responders, settings.data_dir.resolve(), scheduler_config(settings)
+            engine, inbox, schedules, responders, settings.data_dir, scheduler_config(settings)
         )
-        tools = schedule_tools(schedules, settings.schedule_admins, on_change=scheduler.refresh)
-        agent = (
-            build_agent(agent_config(settings), store, sessions, extra_tools=tools)
-            if settings.model_configured
-            else None
+        return cls(settings, engine, sessions, store, inbox, OutboundLedger(engine), scheduler, schedules, responders)
+
+    def build_agent(self) -> AgentLoop | None:
+        """The agent that answers, or None when no model is configured (answers say so)."""
+        if not self.settings.model_configured:
+            return None
+        from agent_core.agent import build_agent
+
+        tools = schedule_tools(
+            self.schedules, self.settings.schedule_admins, dm_address=self.dm_address, on_change=self.scheduler.refresh
         )
-        return cls(
-            settings, engine, sessions, store, inbox, OutboundLedger(engine), agent, scheduler, responders
-        )
+        return build_agent(self.settings, self.store, self.sessions, extra_tools=tools)
+
+    def dm_address(self, platform: str, user: str) -> str | None:
+        responder = self.responders.get(platform)
+        return responder.dm_address(user) if responder is not None else None
 
     def tool_context(self, msg: InboundMessage, thread_id: str) -> ToolContext:
         return ToolContext(
             thread_id=thread_id,
-            data_dir=Path(self.settings.data_dir).resolve(),
+            data_dir=self.settings.data_dir,
             channel=msg.channel,
             user=msg.user,
             is_dm=msg.is_dm,
@@ -112,6 +101,10 @@ class Runtime:
         )
 
     def start_dispatcher(self) -> None:
+        from agent_core.data.uploads import UploadLimits
+        from gateway.dispatcher import Dispatcher
+
+        self.agent = self.build_agent()
         self._checkpointer = asyncio.create_task(sqlite_checkpointer(self.engine))
         self.dispatcher = Dispatcher(
             inbox=self.inbox,

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
+from typing import cast
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.base import BaseTrigger
@@ -49,9 +50,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlmodel import col
 
 from adapters.base import Responder
-from agent_core.hooks.refocus import mark_idle_threads
 from agent_core.messages import OutboundReply, new_id, utcnow
 from agent_core.store.db import session_factory
 from gateway.cleanup import CleanupConfig, cleanup_data_files
@@ -137,7 +138,7 @@ class RunClaims:
                 started_at=utcnow(),
             )
             .on_conflict_do_nothing()
-            .returning(ScheduledRunRow.id)
+            .returning(col(ScheduledRunRow.id))
         )
         async with self._engine.begin() as conn:
             return (await conn.execute(stmt)).scalar_one_or_none()
@@ -147,14 +148,14 @@ class RunClaims:
         async with self._engine.begin() as conn:
             await conn.execute(
                 update(ScheduledRunRow)
-                .where(ScheduledRunRow.id == run_id)
+                .where(col(ScheduledRunRow.id) == run_id)
                 .values(status=status.value, error=error, finished_at=utcnow())
             )
 
     async def purge(self, before: datetime) -> None:
         """Forget runs that fired before ``before``."""
         async with self._engine.begin() as conn:
-            await conn.execute(delete(ScheduledRunRow).where(ScheduledRunRow.fire_time < before))
+            await conn.execute(delete(ScheduledRunRow).where(col(ScheduledRunRow.fire_time) < before))
 
 
 @dataclass(frozen=True)
@@ -301,6 +302,9 @@ class Scheduler:
         await self._claims.purge(fire_time - self.config.run_retention)
 
     async def _mark_idle(self, fire_time: datetime) -> None:
+        # Imported here: the agent's hooks load only in processes that answer.
+        from agent_core.hooks.refocus import mark_idle_threads
+
         await mark_idle_threads(self._sessions, idle_after=self.config.idle_after, now=fire_time)
 
     # --- scheduled reports ----------------------------------------------------------------------
@@ -347,18 +351,20 @@ class Scheduler:
         died mid-run. Each run is settled once (a conditional update), in fire-time order.
         """
         async with self._engine.connect() as conn:
+            # The row's types follow the model's annotations, where the keys are `int | None`
+            # (unset before insert); read back here, neither is NULL (see the WHERE clause).
             runs = [
-                _UnsettledRun(*row)
+                _UnsettledRun(*cast("tuple[int, int, datetime, str, datetime]", row))
                 for row in await conn.execute(
                     select(
-                        ScheduledRunRow.id,
-                        ScheduledRunRow.schedule_id,
-                        ScheduledRunRow.fire_time,
-                        ScheduledRunRow.status,
-                        ScheduledRunRow.started_at,
+                        col(ScheduledRunRow.id),
+                        col(ScheduledRunRow.schedule_id),
+                        col(ScheduledRunRow.fire_time),
+                        col(ScheduledRunRow.status),
+                        col(ScheduledRunRow.started_at),
                     )
-                    .where(ScheduledRunRow.schedule_id.is_not(None), ScheduledRunRow.outcome.is_(None))
-                    .order_by(ScheduledRunRow.fire_time)
+                    .where(col(ScheduledRunRow.schedule_id).is_not(None), col(ScheduledRunRow.outcome).is_(None))
+                    .order_by(col(ScheduledRunRow.fire_time))
                 )
             ]
             if not runs:
@@ -366,8 +372,8 @@ class Scheduler:
             platforms = dict(
                 (
                     await conn.execute(
-                        select(ReportScheduleRow.id, ReportScheduleRow.platform).where(
-                            ReportScheduleRow.id.in_({run.schedule_id for run in runs})
+                        select(col(ReportScheduleRow.id), col(ReportScheduleRow.platform)).where(
+                            col(ReportScheduleRow.id).in_({run.schedule_id for run in runs})
                         )
                     )
                 ).all()
@@ -381,8 +387,8 @@ class Scheduler:
             statuses = dict(
                 (
                     await conn.execute(
-                        select(InboundEventRow.event_id, InboundEventRow.status).where(
-                            InboundEventRow.event_id.in_(set(event_ids.values()))
+                        select(col(InboundEventRow.event_id), col(InboundEventRow.status)).where(
+                            col(InboundEventRow.event_id).in_(set(event_ids.values()))
                         )
                     )
                 ).all()
@@ -416,21 +422,21 @@ class Scheduler:
         async with self._engine.begin() as conn:
             settled = await conn.execute(
                 update(ScheduledRunRow)
-                .where(ScheduledRunRow.id == run.id, ScheduledRunRow.outcome.is_(None))
+                .where(col(ScheduledRunRow.id) == run.id, col(ScheduledRunRow.outcome).is_(None))
                 .values(outcome=outcome.value, settled_at=now)
             )
             if settled.rowcount != 1 or outcome is RunOutcome.SKIPPED:
                 return  # settled by another process meanwhile, or nothing to count
-            schedule = ReportScheduleRow.id == run.schedule_id
+            schedule = col(ReportScheduleRow.id) == run.schedule_id
             if outcome is RunOutcome.SUCCEEDED:
                 await conn.execute(update(ReportScheduleRow).where(schedule).values(consecutive_failures=0))
                 return
             failures = (
                 await conn.execute(
                     update(ReportScheduleRow)
-                    .where(schedule, ReportScheduleRow.enabled)  # a cancelled one no longer counts
-                    .values(consecutive_failures=ReportScheduleRow.consecutive_failures + 1)
-                    .returning(ReportScheduleRow.consecutive_failures)
+                    .where(schedule, col(ReportScheduleRow.enabled))  # a cancelled one no longer counts
+                    .values(consecutive_failures=col(ReportScheduleRow.consecutive_failures) + 1)
+                    .returning(col(ReportScheduleRow.consecutive_failures))
                 )
             ).scalar_one_or_none()
             if failures is not None and failures >= cfg.disable_after_failures:
@@ -459,8 +465,8 @@ class Scheduler:
         if responder is None:
             log.warning("scheduled report %s: no %s responder for the notice", schedule_id, row.platform)
             return
-        address = notice_message(row, now)
-        mention = "" if address.is_dm or row.platform != "slack" else f"<@{row.creator}> "
+        address = notice_message(row, now, responder.dm_address(row.creator))
+        mention = "" if address.is_dm else responder.mention(row.creator)
         head = f"{mention}Your scheduled report #{schedule_id} ({row.cron}, {row.tz}: “{_short(row.prompt)}”)"
         if switched_off:
             text = f"{head} failed {failures} times in a row and has been switched off."

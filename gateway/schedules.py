@@ -21,7 +21,7 @@ from apscheduler.triggers.cron import CronTrigger
 from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import func, update
 from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlmodel import select
+from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.messages import InboundMessage, ThreadKey, utcnow
@@ -70,15 +70,6 @@ def conversation_extras(msg: InboundMessage) -> dict[str, Any]:
         "thread_root": msg.reply_in_thread,
     }
     return {ORIGIN_KEY: origin}
-
-
-def direct_message_channel(platform: str, user: str) -> str | None:
-    """Where to post a DM to ``user`` without having their DM conversation's id, if possible.
-
-    Slack delivers a message posted to a user id into that user's DM with the app; other
-    platforms need the DM chat's own id, which is only known inside the DM.
-    """
-    return user if platform == "slack" else None
 
 
 # --- validation --------------------------------------------------------------------------------
@@ -146,7 +137,7 @@ class ScheduleStore:
         """Every schedule that should run."""
         async with self._sessions() as session:
             rows = await session.exec(
-                select(ReportScheduleRow).where(ReportScheduleRow.enabled).order_by(ReportScheduleRow.id)
+                select(ReportScheduleRow).where(ReportScheduleRow.enabled).order_by(col(ReportScheduleRow.id))
             )
             return list(rows.all())
 
@@ -162,7 +153,7 @@ class ScheduleStore:
         if not include_disabled:
             stmt = stmt.where(ReportScheduleRow.enabled)
         async with self._sessions() as session:
-            return list((await session.exec(stmt.order_by(ReportScheduleRow.id))).all())
+            return list((await session.exec(stmt.order_by(col(ReportScheduleRow.id)))).all())
 
     async def count_enabled(self, platform: str, workspace: str, creator: str) -> int:
         stmt = select(func.count()).where(
@@ -178,7 +169,7 @@ class ScheduleStore:
         async with self._sessions() as session:
             await session.exec(
                 update(ReportScheduleRow)
-                .where(ReportScheduleRow.id == schedule_id)
+                .where(col(ReportScheduleRow.id) == schedule_id)
                 .values(enabled=False, disabled_reason=reason)
             )
             await session.commit()
@@ -187,7 +178,7 @@ class ScheduleStore:
         async with self._sessions() as session:
             await session.exec(
                 update(ReportScheduleRow)
-                .where(ReportScheduleRow.id == schedule_id)
+                .where(col(ReportScheduleRow.id) == schedule_id)
                 .values(last_run_at=fire_time, next_run_at=next_run_at)
             )
             await session.commit()
@@ -256,6 +247,7 @@ class CancelResult(BaseModel):
 # --- tools -------------------------------------------------------------------------------------
 
 OnChange = Callable[[], Awaitable[None]]
+DmAddress = Callable[[str, str], str | None]  # (platform, user) → the DM's channel, if addressable
 
 
 class ScheduleReportInput(BaseModel):
@@ -290,7 +282,7 @@ class ScheduleReportInput(BaseModel):
     )
 
 
-class ScheduleReportTool(Tool):
+class ScheduleReportTool(Tool[ScheduleReportInput]):
     name = "schedule_report"
     description = (
         "Schedule a recurring report: the prompt runs automatically on a cron schedule (e.g. "
@@ -305,6 +297,7 @@ class ScheduleReportTool(Tool):
         self,
         store: ScheduleStore,
         *,
+        dm_address: DmAddress = lambda _platform, _user: None,
         on_change: OnChange | None = None,
         min_interval: timedelta = timedelta(hours=1),
         max_per_user: int = 20,
@@ -312,11 +305,12 @@ class ScheduleReportTool(Tool):
     ) -> None:
         self._store = store
         self._on_change = on_change
+        self._dm_address = dm_address
         self._min_interval = min_interval
         self._max_per_user = max_per_user
         self._clock = clock
 
-    async def run(self, args: ScheduleReportInput, ctx: ToolContext) -> ScheduleInfo:  # type: ignore[override]
+    async def run(self, args: ScheduleReportInput, ctx: ToolContext) -> ScheduleInfo:
         origin = ConversationOrigin.of(ctx)
         cron = " ".join(args.cron.split())
         try:
@@ -334,7 +328,7 @@ class ScheduleReportTool(Tool):
                 f"{_human(self._min_interval)}.",
                 ErrorType.INVALID_PARAMETERS,
             )
-        channel, thread_root, is_dm = _target(origin, args.deliver_to)
+        channel, thread_root, is_dm = _target(origin, args.deliver_to, self._dm_address)
         count = await self._store.count_enabled(origin.platform, origin.workspace, origin.user)
         if count >= self._max_per_user:
             raise ToolError(
@@ -363,7 +357,7 @@ class ScheduleReportTool(Tool):
         return ScheduleInfo.of(row, now)
 
 
-def _target(origin: ConversationOrigin, deliver_to: DeliverTo) -> tuple[str, str | None, bool]:
+def _target(origin: ConversationOrigin, deliver_to: DeliverTo, dm_address: DmAddress) -> tuple[str, str | None, bool]:
     """(channel, thread root, is DM) of the place a schedule posts to."""
     if origin.is_dm and deliver_to != "thread":
         return origin.channel, None, True
@@ -376,7 +370,7 @@ def _target(origin: ConversationOrigin, deliver_to: DeliverTo) -> tuple[str, str
                 ErrorType.INVALID_PARAMETERS,
             )
         return origin.channel, origin.thread_root, origin.is_dm
-    dm = direct_message_channel(origin.platform, origin.user)
+    dm = dm_address(origin.platform, origin.user)
     if dm is None:
         raise ToolError(
             "Reports can be sent to a DM only when scheduled from that DM: ask the user to "
@@ -401,7 +395,7 @@ class ListSchedulesInput(BaseModel):
     )
 
 
-class ListSchedulesTool(Tool):
+class ListSchedulesTool(Tool[ListSchedulesInput]):
     name = "list_schedules"
     description = (
         "List the user's scheduled reports in this workspace: number, prompt, cron and time "
@@ -419,7 +413,7 @@ class ListSchedulesTool(Tool):
         self._admins = frozenset(admins)
         self._clock = clock
 
-    async def run(self, args: ListSchedulesInput, ctx: ToolContext) -> ScheduleList:  # type: ignore[override]
+    async def run(self, args: ListSchedulesInput, ctx: ToolContext) -> ScheduleList:
         origin = ConversationOrigin.of(ctx)
         if args.all_users and origin.user not in self._admins:
             raise ToolError("Only admins can list everyone's schedules.", ErrorType.PERMISSION_DENIED)
@@ -437,7 +431,7 @@ class CancelScheduleInput(BaseModel):
     schedule_id: int = Field(..., ge=1, description="The schedule's number (list_schedules).")
 
 
-class CancelScheduleTool(Tool):
+class CancelScheduleTool(Tool[CancelScheduleInput]):
     name = "cancel_schedule"
     description = (
         "Cancel a scheduled report by its number. Only the person who scheduled it (or an "
@@ -459,7 +453,7 @@ class CancelScheduleTool(Tool):
         self._on_change = on_change
         self._clock = clock
 
-    async def run(self, args: CancelScheduleInput, ctx: ToolContext) -> CancelResult:  # type: ignore[override]
+    async def run(self, args: CancelScheduleInput, ctx: ToolContext) -> CancelResult:
         origin = ConversationOrigin.of(ctx)
         row = await self._store.get(args.schedule_id)
         if row is None or (row.platform, row.workspace) != (origin.platform, origin.workspace):
@@ -485,12 +479,21 @@ class CancelScheduleTool(Tool):
 
 
 def schedule_tools(
-    store: ScheduleStore, admins: Iterable[str] = (), *, on_change: OnChange | None = None
+    store: ScheduleStore,
+    admins: Iterable[str] = (),
+    *,
+    dm_address: DmAddress = lambda _platform, _user: None,
+    on_change: OnChange | None = None,
 ) -> list[Tool]:
-    """The three scheduling tools, sharing one store, admin list and change callback."""
+    """The three scheduling tools, sharing one store, admin list and change callback.
+
+    `dm_address(platform, user)` is the channel of `user`'s DM where the platform can address
+    one by user (the platform's responder knows); None restricts DM delivery to schedules made
+    inside the DM.
+    """
     admin_ids = frozenset(admins)
     return [
-        ScheduleReportTool(store, on_change=on_change),
+        ScheduleReportTool(store, dm_address=dm_address, on_change=on_change),
         ListSchedulesTool(store, admin_ids),
         CancelScheduleTool(store, admin_ids, on_change=on_change),
     ]
@@ -538,10 +541,10 @@ def report_event_id(schedule_id: int | None, fire_time: datetime) -> str:
     return f"schedule:{schedule_id}:{fire_stamp(fire_time)}"
 
 
-def notice_message(row: ReportScheduleRow, now: datetime) -> InboundMessage:
-    """An address for a notice to the schedule's creator: their DM where the platform allows
-    it, else the schedule's own target."""
-    dm = row.channel if row.is_dm else direct_message_channel(row.platform, row.creator)
+def notice_message(row: ReportScheduleRow, now: datetime, creator_dm: str | None) -> InboundMessage:
+    """An address for a notice to the schedule's creator: their DM (`creator_dm`, where the
+    platform can address one by user) or the schedule's own DM, else the schedule's target."""
+    dm = row.channel if row.is_dm else creator_dm
     channel = dm or row.channel
     root = f"schedule-{row.id}-notice-{fire_stamp(now)}"
     return InboundMessage(

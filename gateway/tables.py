@@ -13,7 +13,6 @@ from agent_core.messages import utcnow
 from agent_core.store.types import utc_column
 
 
-
 class EventStatus(StrEnum):
     PENDING = "pending"
     PROCESSING = "processing"

@@ -11,11 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agent_core.data.sources import parse_datasources
 from agent_core.tools.base import ToolContext, ToolError
 from agent_core.tools.catalog import default_tools
 from gateway.config import Settings
-from gateway.runtime import agent_config
 
 
 def _jsonable(raw: Any) -> Any:
@@ -30,8 +28,7 @@ def _jsonable(raw: Any) -> Any:
 
 async def run_tool(settings: Settings, name: str, raw_input: str, thread_id: str) -> int:
     """Run tool `name`; exit code 0 on success, 1 for a tool error, 2 for bad input."""
-    config = agent_config(settings)
-    tools = {tool.name: tool for tool in default_tools(config, datasources=_datasources(settings))}
+    tools = {tool.name: tool for tool in default_tools(settings)}
     tool = tools.get(name)
     if tool is None:
         print(f"ba-agent: unknown tool {name!r} (tools: {', '.join(sorted(tools))})", file=sys.stderr)
@@ -41,7 +38,7 @@ async def run_tool(settings: Settings, name: str, raw_input: str, thread_id: str
     except (json.JSONDecodeError, ValidationError) as exc:
         print(f"ba-agent: invalid input for {name}: {exc}", file=sys.stderr)
         return 2
-    ctx = ToolContext(thread_id=thread_id, data_dir=config.data_dir, channel="cli", user="operator")
+    ctx = ToolContext(thread_id=thread_id, data_dir=settings.data_dir, channel="cli", user="operator")
     try:
         raw = await tool.run(args, ctx)
     except ToolError as exc:
@@ -49,7 +46,3 @@ async def run_tool(settings: Settings, name: str, raw_input: str, thread_id: str
         return 1
     print(json.dumps(_jsonable(raw), ensure_ascii=False, default=str, indent=2))
     return 0
-
-
-def _datasources(settings: Settings):  # noqa: ANN202
-    return parse_datasources(settings.datasources) if settings.datasources else None

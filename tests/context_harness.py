@@ -44,7 +44,7 @@ class QueryInput(BaseModel):
     query: str = Field(..., description="SQL to run")
 
 
-class FakeSqlTool(Tool):
+class FakeSqlTool(Tool[QueryInput]):
     """Returns `rows` realistic order-summary rows for any query."""
 
     name = "run_sql"
@@ -54,7 +54,7 @@ class FakeSqlTool(Tool):
     def __init__(self, rows: int = 40) -> None:
         self.rows = rows
 
-    async def run(self, args: QueryInput, ctx: ToolContext) -> list[dict[str, Any]]:  # type: ignore[override]
+    async def run(self, args: QueryInput, ctx: ToolContext) -> list[dict[str, Any]]:
         return [
             {
                 "day": f"2024-05-{i % 28 + 1:02d}",

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from agent_core.analytics import AnomalyReport, AttributionResult
 from agent_core.config import AgentConfig
-from agent_core.data import ensure_demo_database
+from agent_core.data.demo import ensure_demo_database
 from agent_core.messages import ToolUseBlock
 from agent_core.tools.analytics_tools import (
     AttributeChangeInput,
@@ -103,7 +103,7 @@ async def test_reads_a_csv_data_file(ctx: ToolContext) -> None:
 async def test_reads_a_json_file_in_the_sql_result_shape(ctx: ToolContext) -> None:
     values = [100 + (d % 7) * 3 for d in range(1, 31)]
     values[9] = 400
-    payload = {"columns": ["day", "n"], "rows": [[f"2026-09-{d:02d}", v] for d, v in zip(range(1, 31), values)]}
+    payload = {"columns": ["day", "n"], "rows": [[f"2026-09-{d:02d}", v] for d, v in zip(range(1, 31), values, strict=True)]}
     await write_file(ctx, "/data/series.json", json.dumps(payload))
     report = await detect(ctx, data_file="/data/series.json", time_column="day", value_column="n")
     assert [(a.timestamp, a.direction) for a in report.anomalies] == [(datetime(2026, 9, 10), "spike")]

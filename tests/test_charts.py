@@ -12,10 +12,11 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from pydantic import ValidationError
 
-from agent_core.data import ensure_demo_database
-from agent_core.tools import charts
+from agent_core.charts.fonts import CJK_FONT_FAMILY, CJK_PROBE_TEXT, font_covers
+from agent_core.charts.spec import HEIGHT_PX, WIDTH_PX
+from agent_core.data.demo import ensure_demo_database
 from agent_core.tools.base import ErrorType, ToolContext, ToolError
-from agent_core.tools.charts import CJK_FONT_FAMILY, MakeChartTool, font_covers
+from agent_core.tools.charts import ChartResult, MakeChartTool
 from agent_core.tools.files import conversation_workspace
 from agent_core.tools.sql import demo_database
 
@@ -47,7 +48,7 @@ def figures(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
     return saved
 
 
-async def make(ctx: ToolContext, **args: Any) -> charts.ChartResult:
+async def make(ctx: ToolContext, **args: Any) -> ChartResult:
     tool = MakeChartTool()
     return await tool.run(tool.Input(**args), ctx)
 
@@ -69,7 +70,7 @@ def assert_no_tofu(figure: Figure) -> None:
 
 def test_a_cjk_font_is_registered_and_covers_chinese() -> None:
     assert CJK_FONT_FAMILY is not None
-    assert font_covers(CJK_FONT_FAMILY, CHINESE + charts.CJK_PROBE_TEXT)
+    assert font_covers(CJK_FONT_FAMILY, CHINESE + CJK_PROBE_TEXT)
     # The check itself catches tofu: DejaVu Sans has no Chinese glyphs.
     assert not font_covers("DejaVu Sans", CHINESE)
     assert not font_covers("No Such Font Family", CHINESE)
@@ -133,7 +134,7 @@ async def test_each_chart_type_renders_a_chat_sized_png_with_chinese(
     real = Path(produced.path)
     assert real == await conversation_workspace(ctx).real_path(result.path)
     assert real.read_bytes().startswith(b"\x89PNG")
-    assert image.imread(real).shape[:2] == (charts.HEIGHT_PX, charts.WIDTH_PX)
+    assert image.imread(real).shape[:2] == (HEIGHT_PX, WIDTH_PX)
 
     [figure] = figures
     assert_no_tofu(figure)

@@ -13,7 +13,9 @@ import psycopg
 import pytest
 
 from agent_core.config import AgentConfig
-from agent_core.data import DataSourceConfig, ensure_demo_database, load_upload
+from agent_core.data.demo import ensure_demo_database
+from agent_core.data.source_config import DataSourceConfig
+from agent_core.data.uploads import load_upload
 from agent_core.tools.base import ErrorType, ToolContext, ToolError
 from agent_core.tools.catalog import default_tools, tools_prompt_section
 from agent_core.tools.data_tools import DescribeTableTool, ListTablesTool
@@ -260,7 +262,7 @@ async def test_postgres_source_with_allowlist(
 
 def test_default_tools_and_stable_prompt_section(tmp_path: Path, archive: DataSourceConfig) -> None:
     config = AgentConfig(model="m", data_dir=tmp_path / "data")
-    names = [tool.name for tool in default_tools(config, {"archive": archive})]
+    names = [tool.name for tool in default_tools(config.model_copy(update={"datasources": {"archive": archive}}))]
     assert names[0] == "sql_query"
     assert set(names) == {
         "sql_query", "list_tables", "describe_table", "detect_anomalies", "attribute_change",
@@ -270,5 +272,5 @@ def test_default_tools_and_stable_prompt_section(tmp_path: Path, archive: DataSo
     section = tools_prompt_section(config)
     assert section == tools_prompt_section(config) and "demo.sales" in section
     assert date.today().isoformat() not in section
-    with_sources = tools_prompt_section(config, {"archive": archive})
+    with_sources = tools_prompt_section(config.model_copy(update={"datasources": {"archive": archive}}))
     assert "sql_query(source=" in with_sources and "archive" not in with_sources

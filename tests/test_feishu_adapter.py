@@ -450,6 +450,27 @@ async def test_reply_placement_dm_and_quote_reply(fake: FakeFeishu, client: Feis
     assert quote.reply_to == group.message_id and not quote.reply_in_thread
 
 
+async def test_scheduled_reports_post_top_level_or_into_their_topic(fake: FakeFeishu, client: FeishuClient) -> None:
+    """A scheduled run has no user message to quote: it posts to the group itself, or replies
+    in its topic through the topic's root message."""
+    from datetime import UTC, datetime
+
+    from gateway.schedules import report_message
+    from gateway.tables import ReportScheduleRow
+
+    responder = FeishuResponder(client, fake_config(fake, streaming_cards=False))
+    fire = datetime(2026, 11, 23, 1, 0, tzinfo=UTC)
+    common = {"creator": "ou_creator", "platform": "feishu", "workspace": "tenant", "channel": "oc_group",
+              "cron": "0 9 * * mon", "tz": "Asia/Shanghai", "prompt": "Weekly GMV", "next_run_at": fire}
+    top_level = report_message(ReportScheduleRow(id=7, is_dm=False, thread_root=None, **common), fire)
+    in_topic = report_message(ReportScheduleRow(id=8, is_dm=False, thread_root="om_topic_root", **common), fire)
+    await responder.deliver(top_level, OutboundReply(text="GMV report"), "d-s7")
+    await responder.deliver(in_topic, OutboundReply(text="GMV report"), "d-s8")
+    group_post, topic_reply = fake.messages
+    assert group_post.chat_id == "oc_group" and group_post.reply_to is None
+    assert topic_reply.reply_to == "om_topic_root" and topic_reply.reply_in_thread
+
+
 async def test_files_are_uploaded_and_posted(
     fake: FakeFeishu, client: FeishuClient, tmp_path: Path
 ) -> None:

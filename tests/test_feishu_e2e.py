@@ -20,6 +20,7 @@ from tests.fakes.feishu_events import (
     VERIFICATION_TOKEN,
     bot_mention,
     encrypted_body,
+    file_event,
     signed_headers,
     text_event,
 )
@@ -120,3 +121,22 @@ async def test_readyz_reports_webhook_mode_ready(stack) -> None:
     status, body = await gw.get_json("/readyz")
     assert status == 200 and body["ok"] and body["connections"] == {}
     assert gw.server.app[RUNTIME].responders.keys() == {"feishu"}
+
+
+async def test_a_mention_replying_to_a_file_reads_that_file(stack) -> None:
+    """A file message cannot carry a mention: people quote it — "@bot what is the total gmv in
+    this file?" — and the quoted file is fetched through the message-resource API and loaded."""
+    gw, feishu, anthropic = stack
+    anthropic.script(Reply([text("Total GMV is 300.")]))
+    upload = file_event("file_v3_gmv", "gmv.csv", message_id="om_file_1")
+    feishu.add_message("om_file_1", "file", {"file_key": "file_v3_gmv", "file_name": "gmv.csv"})
+    feishu.add_resource("om_file_1", "file_v3_gmv", b"region,gmv\nEast,100\nWest,200\n", filename="gmv.csv")
+    assert await post(gw, upload) == 200  # no mention in a group: not addressed to the bot
+    question = text_event("@_user_1 what is the total gmv in this file?", mentions=[bot_mention()], parent_id="om_file_1")
+    assert await post(gw, question) == 200
+    await gw.settled()
+    [request] = anthropic.requests
+    first = request.body["messages"][0]["content"]
+    notes = " ".join(block.get("text", "") for block in first)
+    assert "gmv.csv: loaded as table `gmv`" in notes and "2 rows" in notes
+    assert answer_texts(feishu)[-1] == "Total GMV is 300."

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_core.data import load_upload
+from agent_core.data.uploads import load_upload
 from agent_core.tools.base import ErrorType, ToolContext, ToolError
 from agent_core.tools.files import (
     EditFileTool,

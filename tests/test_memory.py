@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agent_core.hooks.memory import conversation_scope, with_memory
+from agent_core.hooks.memory import with_memory
 from agent_core.memory import (
     MEMORY_PREAMBLE,
     ConversationScope,
@@ -20,6 +20,7 @@ from agent_core.memory import (
     MemoryStore,
 )
 from agent_core.tools.base import ToolContext
+from agent_core.tools.memory_tool import conversation_scope
 from tests.context_harness import rig
 from tests.fakes.anthropic_api import Reply, text, tool_use
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent_core.data import ensure_demo_database
+from agent_core.data.demo import ensure_demo_database
 from agent_core.tools.base import ErrorType, ToolContext, ToolError
 from agent_core.tools.charts import MakeChartTool
 from agent_core.tools.reports import GenerateReportTool, ReportResult

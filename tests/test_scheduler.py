@@ -29,6 +29,7 @@ from agent_core.store.threads import ThreadStore
 from agent_core.tools.base import ErrorType, ToolContext, ToolError, ToolRegistry
 from gateway.cleanup import CleanupConfig, cleanup_data_files
 from gateway.inbox import Inbox
+from gateway.scheduler import Scheduler, SchedulerConfig, latest_fire_time, report_job_id
 from gateway.schedules import (
     CancelScheduleInput,
     CancelScheduleTool,
@@ -42,7 +43,6 @@ from gateway.schedules import (
     report_message,
     schedule_tools,
 )
-from gateway.scheduler import Scheduler, SchedulerConfig, latest_fire_time, report_job_id
 from gateway.tables import (
     DataFileRow,
     EventStatus,
@@ -69,6 +69,17 @@ class FakeResponder:
         self, msg: InboundMessage, reply: OutboundReply, delivery_id: str, *, resumed: bool = False
     ) -> None:
         self.delivered.append((msg, reply, delivery_id))
+
+    def mention(self, user: str) -> str:
+        return f"@{user} "
+
+    def dm_address(self, user: str) -> str | None:
+        return f"dm-{user}"
+
+
+def dm_on_slack_only(platform: str, user: str) -> str | None:
+    """DM addressing as the platforms' responders give it: Slack by user id, Feishu not at all."""
+    return user if platform == "slack" else None
 
 
 @dataclass
@@ -338,7 +349,13 @@ async def test_cleanup_on_an_empty_data_dir(engine: AsyncEngine, tmp_path: Path)
 
 
 def chat_ctx(
-    tmp_path: Path, user: str = "U1", *, platform: str = "slack", channel: str = "C1", is_dm: bool = False, thread: str | None = "1700.1"
+    tmp_path: Path,
+    user: str = "U1",
+    *,
+    platform: str = "slack",
+    channel: str = "C1",
+    is_dm: bool = False,
+    thread: str | None = "1700.1",
 ) -> ToolContext:
     msg = InboundMessage(
         platform=platform,
@@ -369,7 +386,7 @@ def clock() -> datetime:
 
 async def schedule(store: ScheduleStore, ctx: ToolContext, on_change: Any = None, **args: Any) -> ScheduleInfo:
     values = {"prompt": "Weekly GMV by region", "cron": "0 9 * * mon", "timezone": "Asia/Shanghai", **args}
-    tool = ScheduleReportTool(store, on_change=on_change, clock=clock)
+    tool = ScheduleReportTool(store, dm_address=dm_on_slack_only, on_change=on_change, clock=clock)
     return await tool.run(ScheduleReportInput(**values), ctx)
 
 
@@ -522,8 +539,9 @@ async def test_two_failures_notify_the_creator_and_ten_switch_the_schedule_off(
         assert p.responder.delivered == []
         assert (await run_week(3, EventStatus.FAILED)).consecutive_failures == 2
         [(address, notice, _)] = p.responder.delivered
-        assert address.channel == "U1" and address.is_dm and address.reply_in_thread is None  # a Slack DM
-        assert "#%d" % row.id in notice.text and "failed 2 times in a row" in notice.text
+        # To the creator's DM, at the address the platform's responder gives for it.
+        assert address.channel == "dm-U1" and address.is_dm and address.reply_in_thread is None
+        assert f"#{row.id}" in notice.text and "failed 2 times in a row" in notice.text
 
         for week in range(4, 12):  # failures 3..10 in a row
             stored = await run_week(week, EventStatus.FAILED)

@@ -23,6 +23,7 @@ from tests.serve_process import (
     start,
     stop,
     wait_healthy,
+    wait_workers_ready,
 )
 
 
@@ -41,13 +42,40 @@ def test_serve_starts_with_no_configuration(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("variable", "value"),
-    [("BA_PORT", "eighty"), ("SLACK_API_URL", "https://slack.com/"), ("DATABASE_URL", "mysql://x@y/z")],
+    [
+        ("BA_PORT", "eighty"),
+        ("SLACK_API_URL", "https://slack.com/"),
+        ("DATABASE_URL", "mysql://x@y/z"),
+        ("BA_DATASOURCES", "{not json"),
+        ("BA_DATASOURCES", '{"dwh": "oracle://ro@db/dwh"}'),
+        ("BA_DATASOURCES", '{"dwh": {"url": "postgresql://ro@db/dwh", "row_cap": -1}}'),
+    ],
 )
 def test_invalid_configuration_fails_fast_naming_the_variable(tmp_path: Path, variable: str, value: str) -> None:
     env = clean_env(tmp_path, **{variable: value})
     result = subprocess.run([BA_AGENT, "serve"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
-    assert result.returncode != 0
-    assert variable in result.stderr
+    assert result.returncode == 2
+    assert variable in result.stderr and "Traceback" not in result.stderr
+    if "dwh" in value:
+        assert "'dwh'" in result.stderr  # the message names the source
+
+
+def test_a_source_whose_role_can_write_stops_serve_unless_overridden(tmp_path: Path) -> None:
+    superuser = "postgresql://postgres@127.0.0.1:5432/test"  # the local cluster's superuser
+    env = clean_env(tmp_path, BA_DATASOURCES=json.dumps({"dwh": superuser}))
+    refused = subprocess.run([BA_AGENT, "serve"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "BA_DATASOURCES" in refused.stderr and "'dwh'" in refused.stderr and "superuser" in refused.stderr
+    assert "GRANT SELECT" in refused.stderr  # says how to make a read-only role
+
+    port = free_port()
+    allowed = json.dumps({"dwh": {"url": superuser, "allow_privileged": True}})
+    proc = start(clean_env(tmp_path, BA_DATASOURCES=allowed), port, tmp_path)
+    try:
+        wait_healthy(port)
+    finally:
+        out = stop(proc)
+    assert any("WARNING" in line and "dwh" in line for line in out.splitlines()), out
 
 
 def test_secrets_are_not_logged(tmp_path: Path) -> None:
@@ -64,7 +92,8 @@ def test_secrets_are_not_logged(tmp_path: Path) -> None:
 
 
 def test_event_accepted_then_process_killed_is_answered_once_after_restart(database_url: str, tmp_path: Path) -> None:
-    with FakeAnthropic.in_thread() as anthropic, FakeSlack.in_thread(bot_token="xoxb-test", bot_user_id="UBOT", team_id="T1") as slack:
+    slack_fake = FakeSlack.in_thread(bot_token="xoxb-test", bot_user_id="UBOT", team_id="T1")
+    with FakeAnthropic.in_thread() as anthropic, slack_fake as slack:
         # The first model call streams slowly: the process is killed in the middle of it.
         anthropic.script(
             Reply([text("This answer never arrives because the process dies " * 5)], event_delay=0.5),
@@ -85,6 +114,7 @@ def test_event_accepted_then_process_killed_is_answered_once_after_restart(datab
         first = start(env, port, tmp_path)
         try:
             wait_healthy(port)
+            wait_workers_ready(port)
             assert post_event(port, app_mention("<@UBOT> GMV?", "U1", "C1", ts="1700000001.000100")) == 200
             anthropic.wait_for_requests_sync(1, timeout=15)
         finally:
@@ -120,9 +150,13 @@ def test_tool_run_prints_the_raw_result_as_json(tmp_path: Path) -> None:
     assert refused.returncode == 1 and json.loads(refused.stdout)["error"]["type"] == "permission_denied"
 
 
-def test_tool_runner_loads_no_platform_sdk() -> None:
-    code = "import sys, gateway.tool_runner; print(sorted(m for m in ('slack_bolt', 'slack_sdk', 'lark_oapi') if m in sys.modules))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent.parent)
+def test_tool_runner_loads_no_platform_sdk_and_no_heavy_stack() -> None:
+    """`tool run` starts fast: no platform SDK, no model client, no plotting or statistics stack
+    until a tool that needs one runs."""
+    heavy = ("slack_bolt", "slack_sdk", "lark_oapi", "anthropic", "matplotlib", "scipy", "statsmodels", "pandas")
+    code = f"import sys, gateway.tool_runner; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    root = Path(__file__).parent.parent
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=root)
     assert result.stdout.strip() == "[]", result.stderr
 
 

@@ -117,10 +117,33 @@ async def test_follow_up_in_thread_sees_the_first_exchange(gateway, fakes) -> No
     assert "and vs last week?" in messages[2]["content"][0]["text"]
 
 
+@pytest.mark.parametrize("arrives", ["message only", "file_share only", "message then app_mention", "app_mention then message"])
+async def test_a_mention_is_answered_once_whichever_events_arrive(gateway, fakes, arrives) -> None:
+    """Slack sometimes delivers a mention only as a `message` (or `file_share`) event, without
+    `app_mention`, and sometimes both: the message is answered exactly once either way."""
+    anthropic, slack = fakes
+    anthropic.script(Reply([text("Answered.")]), Reply([text("Answered twice!")]))
+    ts, question = "1700000001.000100", "<@UBOT> orders by region?"
+    files = [slack.add_file("orders.csv", b"region,orders\nEast,3\n", "text/csv")] if "file_share" in arrives else None
+    as_message = message(question, "U1", "C1", ts=ts, channel_type="channel", files=files)
+    as_mention = app_mention(question, "U1", "C1", ts=ts)
+    events = {"message only": [as_message], "file_share only": [as_message],
+              "message then app_mention": [as_message, as_mention],
+              "app_mention then message": [as_mention, as_message]}[arrives]  # fmt: skip
+    for event in events:
+        assert (await gateway.post_event(event)).status == 200
+    await gateway.settled()
+    answers = [p for p in replies(slack, "C1") if "markdown_text" in p]
+    assert [p["markdown_text"] for p in answers] == ["Answered."]
+    assert answers[0]["thread_ts"] == ts and len(anthropic.requests) == 1
+
+
 async def test_channel_chatter_is_ignored(gateway, fakes) -> None:
     anthropic, slack = fakes
     top_level = message("lunch?", "U1", "C1", ts="1700000001.000100", channel_type="channel")
-    unknown_thread = message("re: lunch", "U2", "C1", ts="1700000002.000100", channel_type="channel", thread_ts="1700000001.000100")
+    unknown_thread = message(
+        "re: lunch", "U2", "C1", ts="1700000002.000100", channel_type="channel", thread_ts="1700000001.000100"
+    )
     from_bot = message("beep", "U9", "C1", ts="1700000003.000100", channel_type="im", bot_id="B9")
     for event in (top_level, unknown_thread, from_bot):
         assert (await gateway.post_event(event)).status == 200
@@ -132,7 +155,16 @@ async def test_channel_chatter_is_ignored(gateway, fakes) -> None:
 async def test_tool_round_trip(gateway, fakes) -> None:
     anthropic, slack = fakes
     anthropic.script(
-        Reply([text("Let me check."), tool_use("sql_query", {"sql": "SELECT region, SUM(gmv) AS gmv FROM demo.sales GROUP BY region ORDER BY gmv DESC LIMIT 1"}, id="toolu_01")]),
+        Reply(
+            [
+                text("Let me check."),
+                tool_use(
+                    "sql_query",
+                    {"sql": "SELECT region, SUM(gmv) AS gmv FROM demo.sales GROUP BY region ORDER BY gmv DESC LIMIT 1"},
+                    id="toolu_01",
+                ),
+            ]
+        ),
         Reply([text("East China has the highest GMV.")]),
     )
     await gateway.post_event(app_mention("<@UBOT> top region by GMV?", "U1", "C1", ts="1700000001.000100"))

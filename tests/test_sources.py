@@ -5,6 +5,8 @@ If a server is down the fixtures start it (as CI would need) instead of skipping
 
 from __future__ import annotations
 
+import logging
+import re
 import socket
 import subprocess
 import time
@@ -25,14 +27,16 @@ from agent_core.data.errors import (
     TableNotFound,
     UnsafeSQLError,
 )
+from agent_core.data.privileges import (
+    PrivilegedSourceError,
+    check_source_privileges,
+    verify_sources,
+)
+from agent_core.data.source_config import DataSourceConfig, ensure_allowed, is_allowed, parse_datasources
 from agent_core.data.sources import (
-    DataSourceConfig,
     _execute_on_source,
     describe_source_table,
-    ensure_allowed,
-    is_allowed,
     list_source_tables,
-    parse_datasources,
     query_source,
 )
 
@@ -204,11 +208,19 @@ def test_postgres_guard_and_read_only_session(pg_table: tuple[DataSourceConfig, 
         f"UPDATE {schema}.orders SET gmv = 0",
         f"WITH d AS (DELETE FROM {schema}.orders RETURNING id) SELECT count(*) FROM d",
         f"CREATE TABLE {schema}.evil (a int)",
-        "SELECT set_config('default_transaction_read_only', 'off', false); "
-        f"UPDATE {schema}.orders SET gmv = 0",
     ):
         with pytest.raises(QueryFailed, match="read-only transaction"):
             _execute_on_source(cfg, sql, 10, 10_000, 5)
+    # A second statement never runs: the executor sends exactly one statement per call.
+    with pytest.raises(QueryFailed, match="multiple commands"):
+        _execute_on_source(
+            cfg,
+            "SELECT set_config('default_transaction_read_only', 'off', false); "
+            f"UPDATE {schema}.orders SET gmv = 0",
+            10,
+            10_000,
+            5,
+        )
     assert query_source(cfg, f"SELECT count(*), min(gmv) FROM {schema}.orders").rows == [
         [200, pytest.approx(1.25)]
     ]
@@ -303,3 +315,211 @@ def test_duckdb_source(tmp_path: Path) -> None:
     missing = cfg.model_copy(update={"url": f"duckdb://{tmp_path / 'missing.duckdb'}"})
     with pytest.raises(QueryFailed, match="does not exist"):
         query_source(missing, "SELECT 1")
+
+
+# --- role privileges (start-up check) ---------------------------------------------------------
+
+
+@pytest.fixture
+def pg_reader(pg_table: tuple[DataSourceConfig, str]) -> Iterator[tuple[DataSourceConfig, str]]:
+    """A real read-only login role: USAGE on the test schema, SELECT on its tables."""
+    _, schema = pg_table
+    role = f"ba_ro_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+    cfg = DataSourceConfig(
+        name="pgro", url=f"postgresql://{role}@127.0.0.1:5432/test", statement_timeout_s=5
+    )
+    try:
+        yield cfg, role
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
+def test_postgres_superuser_source_is_refused_at_start_up(
+    pg_table: tuple[DataSourceConfig, str],
+) -> None:
+    cfg, _ = pg_table
+    problems = check_source_privileges(cfg)
+    assert len(problems) == 1 and "superuser (rolsuper)" in problems[0]
+    with pytest.raises(PrivilegedSourceError) as raised:
+        verify_sources({"pg": cfg}, logging.getLogger("test"))
+    message = str(raised.value)
+    for needle in (
+        "'pg'",
+        "superuser",
+        "CREATE ROLE ba_reader LOGIN",
+        "GRANT SELECT ON ALL TABLES IN SCHEMA",
+        '"allow_privileged": true',
+    ):
+        assert needle in message
+    assert raised.value.problems == {"pg": problems}
+    assert isinstance(raised.value, DataSourceConfigError)
+
+
+def test_postgres_read_only_role_is_accepted_and_can_query(
+    pg_table: tuple[DataSourceConfig, str], pg_reader: tuple[DataSourceConfig, str]
+) -> None:
+    _, schema = pg_table
+    reader, _ = pg_reader
+    assert check_source_privileges(reader) == []
+    assert verify_sources([reader]) == {}
+    assert query_source(reader, f"SELECT count(*) FROM {schema}.orders").rows == [[200]]
+    # Even if the guard were bypassed, this role cannot read server files.
+    with pytest.raises(QueryFailed, match="permission denied"):
+        _execute_on_source(reader, "SELECT pg_read_file('/etc/passwd')", 10, 10_000, 5)
+
+
+@pytest.mark.parametrize(
+    ("grant", "needle"),
+    [
+        ("GRANT INSERT ON {schema}.orders TO {role}", "write privileges"),
+        ("GRANT UPDATE (gmv) ON {schema}.orders TO {role}", "write privileges"),
+        ("GRANT CREATE ON SCHEMA {schema} TO {role}", "CREATE on the schema"),
+        ("GRANT pg_read_server_files TO {role}", "pg_read_server_files"),
+        ("GRANT pg_signal_backend TO {role}", "pg_signal_backend"),
+        ("GRANT pg_monitor TO {role}", "pg_read_all_settings"),
+        ("ALTER ROLE {role} CREATEROLE", "CREATEROLE"),
+        ("GRANT CREATE ON DATABASE test TO {role}", "CREATE on the database"),
+    ],
+)
+def test_postgres_role_that_can_do_more_than_read_is_refused(
+    pg_table: tuple[DataSourceConfig, str],
+    pg_reader: tuple[DataSourceConfig, str],
+    grant: str,
+    needle: str,
+) -> None:
+    _, schema = pg_table
+    reader, role = pg_reader
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(grant.format(schema=schema, role=role))
+    try:
+        problems = check_source_privileges(reader)
+        assert any(needle in problem for problem in problems), problems
+        with pytest.raises(PrivilegedSourceError, match=needle):
+            verify_sources([reader])
+    finally:
+        if "DATABASE" in grant:
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f"REVOKE CREATE ON DATABASE test FROM {role}")
+
+
+def test_privileged_source_with_override_is_logged_on_every_start(
+    pg_table: tuple[DataSourceConfig, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg, _ = pg_table
+    allowed = cfg.model_copy(update={"allow_privileged": True})
+    logger = logging.getLogger("test.privileges")
+    with caplog.at_level(logging.WARNING, logger="test.privileges"):
+        for _ in range(2):
+            assert verify_sources({"pg": allowed}, logger) == {
+                "pg": check_source_privileges(cfg)
+            }
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert "'pg'" in warnings[0].getMessage() and "superuser" in warnings[0].getMessage()
+    assert "allow_privileged" in warnings[0].getMessage()
+
+
+def test_unreachable_source_is_logged_or_refused_when_strict(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    down = DataSourceConfig(name="down", url="postgresql://ro@127.0.0.1:1/test")
+    with caplog.at_level(logging.WARNING):
+        assert verify_sources([down]) == {}
+    assert any("could not check" in r.getMessage() for r in caplog.records)
+    with pytest.raises(PrivilegedSourceError, match="could not be checked"):
+        verify_sources([down], strict=True)
+
+
+def test_duckdb_source_needs_no_privilege_check(tmp_path: Path) -> None:
+    cfg = DataSourceConfig(name="archive", url=f"duckdb://{tmp_path / 'a.duckdb'}")
+    assert check_source_privileges(cfg) == []
+
+
+def test_allow_privileged_is_parsed_from_the_configuration() -> None:
+    sources = parse_datasources(
+        '{"a": {"url": "postgresql://x/db", "allow_privileged": true}, "b": "mysql://y/db"}'
+    )
+    assert sources["a"].allow_privileged and not sources["b"].allow_privileged
+
+
+@pytest.fixture
+def mysql_reader(mysql_table: tuple[DataSourceConfig, str]) -> Iterator[tuple[DataSourceConfig, str]]:
+    """A real read-only MariaDB account: SELECT on database ``test``."""
+    user = f"ba_ro_{uuid.uuid4().hex[:8]}"
+    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", autocommit=True)
+    with conn.cursor() as cursor:
+        cursor.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-{user}'")
+        cursor.execute(f"GRANT SELECT, SHOW VIEW ON `test`.* TO '{user}'@'%'")
+    cfg = DataSourceConfig(
+        name="shopro",
+        url=f"mysql://{user}:pw-{user}@127.0.0.1:3306/test",
+        statement_timeout_s=5,
+    )
+    try:
+        yield cfg, user
+    finally:
+        with conn.cursor() as cursor:
+            cursor.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+            cursor.execute(f"DROP ROLE IF EXISTS {user}_role")
+        conn.close()
+
+
+def _mysql_root(sql: str) -> None:
+    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", autocommit=True)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(sql)
+    finally:
+        conn.close()
+
+
+def test_mysql_root_is_refused_at_start_up(mysql_table: tuple[DataSourceConfig, str]) -> None:
+    cfg, _ = mysql_table
+    with pytest.raises(PrivilegedSourceError) as raised:
+        verify_sources({"shop": cfg})
+    message = str(raised.value)
+    assert "'shop'" in message and "ALL PRIVILEGES on *.*" in message
+    assert "FILE" in message and "CREATE USER 'ba_reader'@'%'" in message
+    assert "GRANT SELECT, SHOW VIEW ON `test`.*" in message
+
+
+def test_mysql_read_only_account_is_accepted(
+    mysql_table: tuple[DataSourceConfig, str], mysql_reader: tuple[DataSourceConfig, str]
+) -> None:
+    _, table = mysql_table
+    reader, _ = mysql_reader
+    assert check_source_privileges(reader) == []
+    assert verify_sources([reader]) == {}
+    assert query_source(reader, f"SELECT count(*) FROM {table}").rows == [[200]]
+
+
+@pytest.mark.parametrize(
+    ("grant", "needle"),
+    [
+        ("GRANT FILE ON *.* TO '{user}'@'%'", "FILE on *.*"),
+        ("GRANT INSERT, UPDATE ON `test`.* TO '{user}'@'%'", "INSERT on `test`.*"),
+        ("GRANT PROCESS ON *.* TO '{user}'@'%'", "PROCESS"),
+        ("GRANT SELECT ON `test`.* TO '{user}'@'%' WITH GRANT OPTION", "WITH GRANT OPTION"),
+        (
+            "CREATE ROLE {user}_role; GRANT DELETE ON `test`.* TO {user}_role; "
+            "GRANT {user}_role TO '{user}'@'%'",
+            "DELETE on `test`.*",
+        ),
+    ],
+)
+def test_mysql_account_that_can_do_more_than_read_is_refused(
+    mysql_reader: tuple[DataSourceConfig, str], grant: str, needle: str
+) -> None:
+    reader, user = mysql_reader
+    for statement in grant.format(user=user).split("; "):
+        _mysql_root(statement)
+    problems = check_source_privileges(reader)
+    assert any(needle in problem for problem in problems), problems
+    with pytest.raises(PrivilegedSourceError, match=re.escape(needle)):
+        verify_sources([reader])

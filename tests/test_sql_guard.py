@@ -36,6 +36,75 @@ from agent_core.data.sql_guard import ensure_read_only, with_row_limit
         ("SELECT 'DROP TABLE x; --' AS s", "duckdb"),
         ("SELECT json_query(doc, '$.a') FROM t", "postgres"),
         ("SELECT * FROM JSON_TABLE('[1]', '$[*]' COLUMNS (a INT PATH '$')) AS j", "mysql"),
+        # Typical analytical queries, per dialect.
+        (
+            "SELECT date_trunc('month', order_date) AS m, region, sum(gmv) AS gmv, "
+            "sum(gmv) / NULLIF(lag(sum(gmv)) OVER (PARTITION BY region ORDER BY "
+            "date_trunc('month', order_date)), 0) - 1 AS mom FROM demo.sales "
+            "GROUP BY ALL ORDER BY 1, 2",
+            "duckdb",
+        ),
+        (
+            "SELECT region, median(gmv), quantile_cont(gmv, [0.1, 0.9]), arg_max(sku, gmv), "
+            "count(*) FILTER (WHERE gmv > 100), strftime(max(order_date), '%Y-%m-%d'), "
+            "list_transform(list(gmv), x -> round(x, 1))[1:3] FROM sales GROUP BY region "
+            "QUALIFY row_number() OVER (ORDER BY sum(gmv) DESC) <= 5",
+            "duckdb",
+        ),
+        (
+            "SELECT * FROM sales PIVOT (sum(gmv) FOR channel IN ('app', 'web'))",
+            "duckdb",
+        ),
+        (
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'main'",
+            "duckdb",
+        ),
+        ("SELECT * FROM duckdb_tables() WHERE NOT internal", "duckdb"),
+        ("SELECT column_name FROM duckdb_columns WHERE table_name = 'sales'", "duckdb"),
+        ("SELECT * FROM pragma_table_info('sales')", "duckdb"),
+        ("SELECT * FROM demo.main.pg_like_name", "duckdb"),
+        (
+            "WITH monthly AS (SELECT date_trunc('month', created_at)::date AS m, "
+            "sum(amount) AS total FROM finance.orders WHERE created_at >= now() - interval "
+            "'1 year' GROUP BY 1) SELECT m, total, percentile_cont(0.5) WITHIN GROUP "
+            "(ORDER BY total) OVER () AS p50, to_char(m, 'YYYY-MM') FROM monthly",
+            "postgres",
+        ),
+        (
+            "SELECT customer_id, string_agg(DISTINCT sku, ',' ORDER BY sku), "
+            "jsonb_agg(jsonb_build_object('sku', sku)), count(*) FILTER (WHERE refunded), "
+            "coalesce(max(doc->>'tier'), 'none'), age(max(created_at)) FROM orders "
+            "GROUP BY 1 HAVING count(*) > 3",
+            "postgres",
+        ),
+        ("SELECT e.key, e.value FROM t, LATERAL jsonb_each(t.doc) AS e", "postgres"),
+        ("SELECT schemaname, tablename FROM pg_catalog.pg_tables", "postgres"),
+        ("SELECT relname, reltuples FROM pg_class WHERE relkind = 'r'", "postgres"),
+        (
+            "SELECT c.column_name, c.data_type FROM information_schema.columns AS c "
+            "WHERE c.table_schema = 'public'",
+            "postgres",
+        ),
+        (
+            "SELECT DATE_FORMAT(created_at, '%Y-%m') AS m, COUNT(DISTINCT customer_id), "
+            "SUM(IF(status = 'paid', amount, 0)), GROUP_CONCAT(DISTINCT sku ORDER BY sku "
+            "SEPARATOR ','), JSON_UNQUOTE(JSON_EXTRACT(meta, '$.src')), "
+            "TIMESTAMPDIFF(DAY, MIN(created_at), MAX(created_at)) FROM orders "
+            "GROUP BY m WITH ROLLUP",
+            "mysql",
+        ),
+        (
+            "SELECT id, amount, SUM(amount) OVER (ORDER BY id ROWS BETWEEN 6 PRECEDING AND "
+            "CURRENT ROW) / 7 AS ma7, RANK() OVER (PARTITION BY region ORDER BY amount DESC) "
+            "FROM shop.orders",
+            "mysql",
+        ),
+        (
+            "SELECT table_name, table_rows FROM INFORMATION_SCHEMA.TABLES "
+            "WHERE table_schema = DATABASE()",
+            "mysql",
+        ),
     ],
 )
 def test_accepts_read_only_queries(sql: str, dialect: str) -> None:
@@ -170,3 +239,45 @@ def test_with_row_limit_wraps_fetch_first() -> None:
 def test_with_row_limit_refuses_non_queries() -> None:
     with pytest.raises(UnsafeSQLError):
         with_row_limit("DELETE FROM t", 10, "duckdb")
+
+
+# --- issue item 7: nesting, path leaks, file names --------------------------------------------
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "postgres", "mysql"])
+def test_two_hundred_nested_parentheses_are_refused_cleanly(dialect: str) -> None:
+    sql = "SELECT " + "(" * 200 + "1" + ")" * 200
+    with pytest.raises(SQLParseError, match="at most 64"):
+        ensure_read_only(sql, dialect)
+
+
+@pytest.mark.parametrize(
+    ("sql", "dialect", "needle"),
+    [
+        ("SELECT * FROM duckdb_databases()", "duckdb", "duckdb_databases"),
+        ("SELECT path FROM duckdb_databases", "duckdb", "duckdb_databases"),
+        ("SELECT current_setting('temp_directory')", "duckdb", "current_setting"),
+        ("SELECT current_setting('data_directory')", "postgres", "current_setting"),
+        ("SELECT * FROM duckdb_settings()", "duckdb", "duckdb_settings"),
+        ("SELECT * FROM pragma_database_list", "duckdb", "pragma_database_list"),
+    ],
+)
+def test_functions_revealing_server_paths_are_refused(sql: str, dialect: str, needle: str) -> None:
+    with pytest.raises(UnsafeSQLError, match=needle):
+        ensure_read_only(sql, dialect)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM data.csv",
+        'SELECT * FROM "/srv/exports/data".csv',
+        "SELECT * FROM exports.orders.parquet",
+        'SELECT * FROM "s3://bucket/key".parquet',
+        "SELECT * FROM '/etc/passwd'",
+        "SELECT * FROM sales, '../secret.json'",
+    ],
+)
+def test_path_qualified_file_names_are_refused_by_the_guard(sql: str) -> None:
+    with pytest.raises(UnsafeSQLError, match="path or file name"):
+        ensure_read_only(sql, "duckdb")

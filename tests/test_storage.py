@@ -133,9 +133,8 @@ def test_migrations_are_idempotent(database_url: str) -> None:
 
 
 async def test_older_schema_rows_are_upgraded_on_read(engine) -> None:
-    from agent_core.messages import SCHEMA_VERSION
+    from agent_core.messages import SCHEMA_VERSION, utcnow
     from agent_core.store.tables import MessageRow
-    from agent_core.messages import utcnow
 
     store = ThreadStore(session_factory(engine))
     thread_id = await store.open(KEY)
@@ -151,9 +150,9 @@ async def test_older_schema_rows_are_upgraded_on_read(engine) -> None:
 
 
 async def test_rows_from_a_newer_schema_are_refused(engine) -> None:
+    from agent_core.messages import utcnow
     from agent_core.store.schema import UnknownSchemaVersion
     from agent_core.store.tables import MessageRow
-    from agent_core.messages import utcnow
 
     store = ThreadStore(session_factory(engine))
     thread_id = await store.open(KEY)

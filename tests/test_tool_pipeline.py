@@ -47,7 +47,7 @@ class FakeInput(BaseModel):
 Behaviour = Callable[[FakeInput, int], Awaitable[Any]]
 
 
-class FakeTool(Tool):
+class FakeTool(Tool[FakeInput]):
     """A tool whose result (or failure) is a coroutine of (args, attempt number)."""
 
     description = "A test tool."
@@ -60,7 +60,7 @@ class FakeTool(Tool):
         for key, value in declared.items():  # timeout_s, idempotent, retry, ... per instance
             setattr(self, key, value)
 
-    async def run(self, args: FakeInput, ctx: ToolContext) -> Any:  # type: ignore[override]
+    async def run(self, args: FakeInput, ctx: ToolContext) -> Any:
         self.calls += 1
         if callable(self._behave):
             return await self._behave(args, self.calls)

@@ -22,7 +22,12 @@ async def test_spans_for_model_and_tool_calls(tmp_path) -> None:
 
     await hook.before_model({"messages": []}, history, ctx)
     await hook.after_model(
-        ModelResponse(content=[], stop_reason="tool_use", model="claude-x", usage=Usage(input_tokens=10, output_tokens=5, cache_read_tokens=90)),
+        ModelResponse(
+            content=[],
+            stop_reason="tool_use",
+            model="claude-x",
+            usage=Usage(input_tokens=10, output_tokens=5, cache_read_tokens=90),
+        ),
         ctx,
     )
     call = ToolUseBlock(id="toolu_1", name="sql_query", input={"sql": "SELECT 1"})

@@ -71,6 +71,15 @@ class ConsoleResponder:
     async def clear_progress(self, msg: InboundMessage) -> None:
         self.answered(msg).set()
 
+    def mention(self, user: str) -> str:
+        return ""
+
+    def dm_address(self, user: str) -> str | None:
+        return user  # the terminal is the user's DM
+
+    async def resolve_attachments(self, msg: InboundMessage) -> list[Attachment]:
+        return msg.attachments
+
     async def fetch_attachment(
         self, msg: InboundMessage, attachment: Attachment, dest: Path, max_bytes: int
     ) -> Path:

@@ -17,6 +17,7 @@ import json
 import logging
 import random
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +51,7 @@ from lark_oapi.api.im.v1 import (
     CreateMessageRequestBody,
     DeleteMessageReactionRequest,
     Emoji,
+    GetMessageRequest,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
 )
@@ -252,6 +254,23 @@ class FeishuClient:
 
         response = await self._call("im.message.create", self._sdk(call), pace_key=chat_id)
         return response.data.message_id
+
+    async def get_message(self, message_id: str) -> tuple[str, dict[str, Any]]:
+        """A message's type and content (e.g. `("file", {"file_key": …, "file_name": …})`)."""
+
+        def call() -> Any:
+            return self._lark.im.v1.message.get(GetMessageRequest.builder().message_id(message_id).build())
+
+        response = await self._call("im.message.get", self._sdk(call))
+        items = response.data.items or []
+        if not items:
+            raise FeishuApiError("im.message.get", 230001, f"message {message_id} not found")
+        item = items[0]
+        try:
+            content = json.loads(item.body.content if item.body is not None else "{}")
+        except json.JSONDecodeError:
+            content = {}
+        return item.msg_type or "", content if isinstance(content, dict) else {}
 
     async def reply_message(
         self,
@@ -578,7 +597,7 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 async def _stream_to_file(content: aiohttp.StreamReader, dest: Path, max_bytes: int) -> None:
     """Copy a response body to `dest` via a temporary file, aborting past `max_bytes`."""
     await asyncio.to_thread(dest.parent.mkdir, parents=True, exist_ok=True)
-    partial = dest.with_name(f".{dest.name}.part")
+    partial = dest.with_name(f".{uuid.uuid4().hex}.part")  # `dest` may be a maximal-length name
     size = 0
     try:
         with await asyncio.to_thread(partial.open, "wb") as handle:

@@ -147,7 +147,14 @@ def parse_event(
         event = _MessageEvent.model_validate(payload.get("event"))
     except ValidationError as exc:
         raise MalformedEvent(f"bad {MESSAGE_RECEIVED} event: {exc.error_count()} errors") from exc
-    return _parse_message(header, event, config, bot_open_id, time.time() if now is None else now)
+    try:
+        return _parse_message(header, event, config, bot_open_id, time.time() if now is None else now)
+    except MalformedEvent:
+        raise
+    except (TypeError, AttributeError, KeyError, ValueError, OverflowError, RecursionError) as exc:
+        # A field of an unexpected type or size inside the message content (e.g. a number
+        # where a key string belongs): the event is not one Feishu sends.
+        raise MalformedEvent(f"bad {MESSAGE_RECEIVED} event ({type(exc).__name__})") from None
 
 
 def _parse_message(
@@ -174,7 +181,7 @@ def _parse_message(
 
     try:
         content = json.loads(message.content)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise MalformedEvent("message content is not JSON") from exc
     if not isinstance(content, dict):
         raise MalformedEvent("message content is not a JSON object")
@@ -195,6 +202,11 @@ def _parse_message(
     if not text and not attachments:
         return Ignored("empty message")
 
+    if message.parent_id and not attachments:
+        # "@bot what is the total in this file?" as a reply to a file: a file message cannot
+        # carry a mention, so the question quotes it. The responder resolves the quoted
+        # message into its file when the answer starts (no API call on the ack path).
+        attachments = [_quoted(config, message.parent_id)]
     root, reply_root = _thread_of(message, is_dm, config)
     workspace = header.tenant_key or sender.tenant_key or "default"
     return InboundMessage(
@@ -374,3 +386,31 @@ def _attachment(
         mime_type=mimetypes.guess_type(name)[0] or "application/octet-stream",
         url=f"{config.domain}/open-apis/im/v1/messages/{message_id}/resources/{key}?type={kind}",
     )
+
+
+QUOTED_PREFIX = "quoted:"
+
+
+def _quoted(config: FeishuConfig, message_id: str) -> Attachment:
+    """Stands for the file or image of the message being replied to (see `is_quoted`)."""
+    return Attachment(
+        file_id=f"{QUOTED_PREFIX}{message_id}",
+        name="quoted message",
+        url=f"{config.domain}/open-apis/im/v1/messages/{message_id}",
+    )
+
+
+def quoted_message_id(attachment: Attachment) -> str | None:
+    """The quoted message's id if `attachment` stands for one, else None."""
+    return attachment.file_id.removeprefix(QUOTED_PREFIX) if attachment.file_id.startswith(QUOTED_PREFIX) else None
+
+
+def attachments_of(config: FeishuConfig, message_id: str, message_type: str, content: dict[str, Any]) -> list[Attachment]:
+    """The file or image a stored message holds (for a quoted message fetched by id)."""
+    if message_type == "image" and content.get("image_key"):
+        key = str(content["image_key"])
+        return [_attachment(config, message_id, key, "image", f"image-{key[-12:]}")]
+    if message_type in ("file", "media") and content.get("file_key"):
+        key = str(content["file_key"])
+        return [_attachment(config, message_id, key, "file", str(content.get("file_name") or f"file-{key[-12:]}"))]
+    return []

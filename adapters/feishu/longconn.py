@@ -201,7 +201,7 @@ class FeishuLongConnection:
                 self._config.app_id,
                 self._config.app_secret.get_secret_value(),
                 log_level=lark.LogLevel.WARNING,
-                event_handler=_EventSink(self._deliver),  # type: ignore[arg-type]
+                event_handler=_EventSink(self._deliver),
                 domain=self._config.domain,
                 auto_reconnect=True,
                 on_frame=self._on_frame,

@@ -176,7 +176,9 @@ def _fit(block: _Block, budget: int) -> list[_Block]:
         opening = block.lines[0]
         has_closing = len(block.lines) > 1 and _FENCE.match(block.lines[-1]) is not None
         body = block.lines[1:-1] if has_closing else block.lines[1:]
-        closing = _FENCE.match(opening).group(1)  # type: ignore[union-attr]
+        fence = _FENCE.match(opening)
+        assert fence is not None  # a code block always starts with its fence line
+        closing = fence.group(1)
         frame = [opening, closing]
         return [_Block("code", [opening, *rows, closing]) for rows in _pack(body, budget, frame)]
     if block.kind == "table":

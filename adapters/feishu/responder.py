@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import uuid
 from collections import OrderedDict
@@ -21,7 +22,7 @@ from adapters.download import AttachmentError
 from adapters.feishu import render
 from adapters.feishu.client import FeishuApiError, FeishuClient
 from adapters.feishu.config import FeishuConfig
-from adapters.feishu.events import PLATFORM
+from adapters.feishu.events import PLATFORM, attachments_of, quoted_message_id
 from agent_core.messages import Attachment, InboundMessage, OutboundFile, OutboundReply
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,12 @@ _FILE_TYPES = {
 # Fixed namespace: uuid5(namespace, delivery id + part) is the same in every process.
 _UUID_NAMESPACE = uuid.UUID("0b9f5f5e-6c1d-4f7e-9a51-7c2f4d0e8a13")
 _MAX_TRACKED_STREAMS = 256
+
+
+_RESOURCE_PATH = re.compile(r"^/open-apis/im/v1/messages/([^/]+)/resources/")
+
+# Every Feishu message id starts with this; ids the gateway makes up for its own runs do not.
+FEISHU_MESSAGE_ID_PREFIX = "om_"
 
 
 def delivery_uuid(*parts: str) -> str:
@@ -263,6 +270,22 @@ class FeishuResponder:
         except FeishuApiError as exc:
             log.info("feishu: could not remove reaction from %s: %s", msg.message_id, exc)
 
+    async def resolve_attachments(self, msg: InboundMessage) -> list[Attachment]:
+        """The message's files, with a quoted message replaced by the file or image it holds."""
+        resolved: list[Attachment] = []
+        for attachment in msg.attachments:
+            quoted = quoted_message_id(attachment)
+            if quoted is None:
+                resolved.append(attachment)
+                continue
+            try:
+                message_type, content = await self._client.get_message(quoted)
+            except FeishuApiError as exc:
+                log.info("feishu: quoted message %s not readable: %s", quoted, exc)
+                continue
+            resolved.extend(attachments_of(self._config, quoted, message_type, content))
+        return resolved
+
     async def fetch_attachment(
         self, msg: InboundMessage, attachment: Attachment, dest: Path, max_bytes: int
     ) -> Path:
@@ -271,11 +294,14 @@ class FeishuResponder:
         Raises AttachmentError (a message safe to show the user) when it is larger than
         `max_bytes` or Feishu refuses it.
         """
-        # The resource type ("image" or "file") travels in the attachment url's query.
-        kind = parse_qs(urlsplit(attachment.url or "").query).get("type", ["file"])[0]
+        # The url is the resource endpoint: the message that holds the file (this one, or the
+        # one it quotes) in its path, the resource type ("image" or "file") in its query.
+        url = urlsplit(attachment.url or "")
+        kind = parse_qs(url.query).get("type", ["file"])[0]
+        holder = _RESOURCE_PATH.match(url.path)
         try:
             return await self._client.download_resource(
-                msg.message_id,
+                holder.group(1) if holder else msg.message_id,
                 attachment.file_id,
                 kind if kind in ("image", "file") else "file",
                 dest,
@@ -311,13 +337,25 @@ class FeishuResponder:
             return
         await self._send(msg, msg_type, content, key)
 
+    def mention(self, user: str) -> str:
+        return f'<at user_id="{user}"></at> '
+
+    def dm_address(self, user: str) -> str | None:
+        return None  # Feishu posts to a chat id; a user's p2p chat id is known only inside it
+
     async def _send(
         self, msg: InboundMessage, msg_type: str, content: dict[str, Any], uuid_: str
     ) -> str:
-        """Post one message where the conversation lives; returns its message_id."""
-        if msg.reply_in_thread is not None or not msg.is_dm:
+        """Post one message where the conversation lives; returns its message_id.
+
+        A user's message gets a quote (or topic) reply. A message the gateway made itself (a
+        scheduled report, a notice) has no Feishu message to reply to: it goes into its topic
+        through the topic's root message, or else top level into the chat.
+        """
+        target = _reply_target(msg)
+        if target is not None and (msg.reply_in_thread is not None or not msg.is_dm):
             return await self._client.reply_message(
-                msg.message_id,
+                target,
                 msg_type,
                 content,
                 chat_id=msg.channel,
@@ -325,3 +363,11 @@ class FeishuResponder:
                 uuid=uuid_,
             )
         return await self._client.send_message(msg.channel, msg_type, content, uuid=uuid_)
+
+
+def _reply_target(msg: InboundMessage) -> str | None:
+    """The Feishu message an answer replies to: the user's own message, else the topic root."""
+    for candidate in (msg.message_id, msg.reply_in_thread):
+        if candidate is not None and candidate.startswith(FEISHU_MESSAGE_ID_PREFIX):
+            return candidate
+    return None

@@ -12,12 +12,16 @@ Order of checks, each failing closed:
 
 A failed check answers 401 and stores nothing. lark-oapi's EventDispatcherHandler is not used: it
 has no timestamp window and answers 500 on a failed check, which makes Feishu retry.
+
+Every refusal (400/401) logs one WARNING line naming the reason, never the body; no input makes
+this handler answer 500 with a traceback (only a failure to store an accepted message does).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -39,6 +43,10 @@ log = logging.getLogger(__name__)
 SIGNATURE_HEADER = "X-Lark-Signature"
 TIMESTAMP_HEADER = "X-Lark-Request-Timestamp"
 NONCE_HEADER = "X-Lark-Request-Nonce"
+
+# Unix seconds: a few digits more than today's ten, never hundreds (which would overflow the
+# float arithmetic of the window check).
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
 
 BotOpenIdProvider = Callable[[], Awaitable[str]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -79,6 +87,12 @@ def make_feishu_handler(
                 raise _Rejected(401, str(exc)) from exc
             signed = SIGNATURE_HEADER in request.headers
             if signed or url_verification(payload) is None:
+                for header in (TIMESTAMP_HEADER, NONCE_HEADER, SIGNATURE_HEADER):
+                    if len(request.headers.getall(header, [])) > 1:
+                        raise _Rejected(401, f"duplicate {header} header")
+                timestamp = request.headers.get(TIMESTAMP_HEADER)
+                if timestamp and not _TIMESTAMP.fullmatch(timestamp):
+                    raise _Rejected(401, "request timestamp is not a Unix time")
                 try:
                     crypto.verify_signature(
                         request.headers.get(TIMESTAMP_HEADER),
@@ -104,10 +118,9 @@ def make_feishu_handler(
             payload = authenticate(request, raw)
             challenge = url_verification(payload)
         except _Rejected as exc:
-            log.warning("feishu webhook: rejected (%s): %s", exc.status, exc.reason)
-            return web.json_response({"msg": exc.reason}, status=exc.status)
+            return _reject(exc.status, exc.reason)
         except MalformedEvent as exc:
-            return web.json_response({"msg": str(exc)}, status=400)
+            return _reject(400, str(exc))
         if challenge is not None:
             return web.json_response({"challenge": challenge.challenge})
 
@@ -120,8 +133,7 @@ def make_feishu_handler(
         try:
             result = parse_event(payload, config=config, bot_open_id=bot_open_id)
         except MalformedEvent as exc:
-            log.warning("feishu webhook: malformed event: %s", exc)
-            return web.json_response({"msg": str(exc)}, status=400)
+            return _reject(400, f"malformed event: {exc}")
         if isinstance(result, Ignored):
             log.debug("feishu webhook: ignored: %s", result.reason)
             return web.json_response({})
@@ -132,10 +144,15 @@ def make_feishu_handler(
     return handle
 
 
+def _reject(status: int, reason: str) -> web.Response:
+    log.warning("feishu webhook: rejected (%s): %s", status, reason)
+    return web.json_response({"msg": reason}, status=status)
+
+
 def _json_object(raw: bytes) -> dict[str, Any]:
     try:
         value = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, nesting
         raise _Rejected(400, "body is not JSON") from exc
     if not isinstance(value, dict):
         raise _Rejected(400, "body is not a JSON object")

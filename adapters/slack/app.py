@@ -9,27 +9,45 @@ API call happens on this path (bolt's own auth.test is made once and cached).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
+from urllib.parse import parse_qsl
 
 from aiohttp import web
 from pydantic import BaseModel, SecretStr, field_validator, model_validator
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.base import AcceptMessage
-from adapters.slack.events import Ignored, candidate_thread, parse_event
+from adapters.slack.events import Ignored, MalformedEvent, candidate_thread, check_envelope, parse_event
 from adapters.slack.responder import SlackResponder
 from agent_core.messages import ThreadKey
 
 log = logging.getLogger(__name__)
 
+TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
+SIGNATURE_HEADER = "X-Slack-Signature"
+# Slack's replay window (bolt and slack_sdk's SignatureVerifier use the same).
+TIMESTAMP_WINDOW_S = 5 * 60
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
+
 KnownThread = Callable[[ThreadKey], Awaitable[bool]]
+
+
+class _Rejected(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
 
 
 class SlackConfig(BaseModel):
@@ -74,12 +92,19 @@ class SlackAdapter:
         self.client = AsyncWebClient(token=config.bot_token.get_secret_value(), base_url=config.api_url)
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=3))
         self.responder = SlackResponder(self.client)
+        self._verifier = (
+            SignatureVerifier(config.signing_secret.get_secret_value()) if config.signing_secret else None
+        )
         self.bolt = AsyncApp(
             client=self.client,
             # Socket mode has no signing secret: "" (not None, which makes bolt read the
             # environment); `handle` refuses HTTP deliveries in that mode.
             signing_secret=config.signing_secret.get_secret_value() if config.signing_secret else "",
             process_before_response=True,
+            # Bolt gives each of its loggers this one's level (and filters) when it builds them;
+            # without it they take the root logger's level, undoing any quieting, and bolt logs
+            # rejected requests at INFO with their whole body.
+            logger=bolt_logger(),
         )
         self.bolt.event("app_mention")(self._on_message)
         self.bolt.event("message")(self._on_message)
@@ -88,14 +113,60 @@ class SlackAdapter:
         self.bolt.event(re.compile(".*"))(self._on_other_event)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        """aiohttp handler for POST /slack/events."""
-        if self.config.mode != "http":
+        """aiohttp handler for POST /slack/events.
+
+        The request is verified and its body checked here, before bolt sees it: a request that
+        is not signed by Slack answers 401, and one whose body bolt or the listeners could not
+        handle answers 400 — each with one WARNING line that never quotes the body — instead
+        of a 500 with a traceback. Nothing is stored for either.
+        """
+        if self.config.mode != "http" or self._verifier is None:
             # Without a signing secret nothing posted here can be verified.
             return web.json_response({"ok": False, "error": "slack runs in socket mode"}, status=404)
-        bolt_response = await self.bolt.async_dispatch(await to_bolt_request(request))
+        raw = await request.read()
+        try:
+            text = self._verified_body(request, raw)
+            check_envelope(_parse_body(text, request.headers.get("Content-Type")))
+            bolt_request = AsyncBoltRequest(
+                body=text, query=request.query_string, headers=dict(request.headers.items())
+            )
+        except _Rejected as exc:
+            return _reject(exc.status, exc.reason)
+        except MalformedEvent as exc:
+            return _reject(400, str(exc))
+        except Exception as exc:  # noqa: BLE001 - bolt could not build a request from the body
+            return _reject(400, f"unreadable payload ({type(exc).__name__})")
+        bolt_response = await self.bolt.async_dispatch(bolt_request)
         return await to_aiohttp_response(bolt_response)
 
+    def _verified_body(self, request: web.Request, raw: bytes) -> str:
+        """The body as text, if the request carries a valid, fresh Slack signature."""
+        assert self._verifier is not None
+        for header in (TIMESTAMP_HEADER, SIGNATURE_HEADER, "Content-Type"):
+            if len(request.headers.getall(header, [])) > 1:
+                raise _Rejected(400, f"duplicate {header} header")
+        timestamp = request.headers.get(TIMESTAMP_HEADER)
+        signature = request.headers.get(SIGNATURE_HEADER)
+        if not timestamp or not signature:
+            raise _Rejected(401, "signature headers are missing")
+        if not _TIMESTAMP.fullmatch(timestamp):
+            raise _Rejected(401, f"{TIMESTAMP_HEADER} is not a Unix time")
+        if abs(time.time() - int(timestamp)) > TIMESTAMP_WINDOW_S:
+            raise _Rejected(401, f"request timestamp is outside the {TIMESTAMP_WINDOW_S // 60}-minute window")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Rejected(400, "body is not UTF-8") from None
+        if not self._verifier.is_valid(text, timestamp, signature):
+            raise _Rejected(401, "signature does not match")
+        return text
+
     async def _on_message(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
+        try:
+            check_envelope(body)  # also for Socket Mode envelopes, which skip `handle`
+        except MalformedEvent as exc:
+            log.warning("slack event %s ignored: %s", body.get("event_id"), exc)
+            return
         team_id = body.get("team_id") or context.team_id or ""
         key = candidate_thread(team_id, event)
         in_known_thread = bool(key) and await self._known_thread(key)
@@ -116,3 +187,37 @@ class SlackAdapter:
 
     async def _on_other_event(self, body: dict[str, Any]) -> None:
         log.debug("slack event %s acknowledged without action", body.get("event", {}).get("type"))
+
+
+def bolt_logger() -> logging.Logger:
+    """The logger slack-bolt's app and its middleware log through (see `SlackAdapter`).
+
+    WARNING and above only: below that bolt logs request bodies (message text, and Slack's
+    legacy verification token in the payload).
+    """
+    logger = logging.getLogger(f"{__name__}.bolt")
+    logger.setLevel(max(logging.WARNING, logging.getLogger().level))
+    return logger
+
+
+def _parse_body(text: str, content_type: str | None) -> dict[str, Any]:
+    """The body parsed as bolt parses it (JSON, or a form with a JSON `payload` field);
+    raises _Rejected(400) where bolt would fail."""
+    try:
+        if (content_type or "").split(";")[0] == "application/json" or text.startswith("{"):
+            value = json.loads(text)
+        elif "payload" in text:
+            payload = dict(parse_qsl(text, keep_blank_values=True)).get("payload")
+            value = {} if payload is None else json.loads(payload)
+        else:
+            value = dict(parse_qsl(text, keep_blank_values=True))
+    except (ValueError, RecursionError):
+        raise _Rejected(400, "body is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise _Rejected(400, "body is not a JSON object")
+    return value
+
+
+def _reject(status: int, reason: str) -> web.Response:
+    log.warning("slack events: rejected with %d: %s", status, reason)
+    return web.json_response({"ok": False, "error": reason}, status=status)

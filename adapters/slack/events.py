@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
+
 from agent_core.messages import Attachment, InboundMessage, ThreadKey
 
 PLATFORM = "slack"
@@ -22,6 +24,87 @@ _ALLOWED_SUBTYPES = {None, "file_share"}
 @dataclass(frozen=True)
 class Ignored:
     reason: str
+
+
+class MalformedEvent(ValueError):
+    """A (verified) payload without the shape of a Slack event; the message names the problem
+    and never quotes the payload."""
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: StrictStr | None = None
+    name: StrictStr | None = None
+    title: StrictStr | None = None
+    mimetype: StrictStr | None = None
+    size: StrictInt | None = None
+    url_private: StrictStr | None = None
+    url_private_download: StrictStr | None = None
+
+
+class _MessageShape(BaseModel):
+    """The fields of a `message` / `app_mention` event that bolt and `parse_event` read."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: StrictStr
+    channel: StrictStr
+    ts: StrictStr
+    user: StrictStr | None = None
+    text: StrictStr | None = None
+    thread_ts: StrictStr | None = None
+    channel_type: StrictStr | None = None
+    subtype: StrictStr | None = None
+    bot_id: StrictStr | None = None
+    team: StrictStr | None = None
+    files: list[_File] | None = None
+
+
+# Envelope fields bolt reads as "a string, or an object with an id" (team, user …).
+_ID_OR_OBJECT = ("team", "enterprise", "user", "channel")
+_STRING_FIELDS = ("type", "team_id", "enterprise_id", "api_app_id", "event_id", "context_team_id")
+
+
+def check_envelope(body: dict[str, Any]) -> None:
+    """Raise MalformedEvent unless a parsed request body has the shape that slack-bolt's request
+    handling and our listeners index into: strings where strings are read, objects where keys
+    are looked up, lists where items are taken. A payload passing this cannot make bolt or
+    `parse_event` fail with a TypeError/KeyError half-way through (an answer of 500)."""
+    for key in _STRING_FIELDS:
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise MalformedEvent(f"field {key!r} is not a string")
+    _check_ids(body, "payload")
+    authorizations = body.get("authorizations")
+    if authorizations is not None and not (
+        isinstance(authorizations, list) and all(isinstance(a, dict) for a in authorizations)
+    ):
+        raise MalformedEvent("field 'authorizations' is not a list of objects")
+    for authorization in authorizations or []:
+        _check_ids(authorization, "authorization")
+    if body.get("type") == "url_verification" and not isinstance(body.get("challenge"), str):
+        raise MalformedEvent("url_verification without a challenge")
+    if "event" not in body:
+        return
+    event = body["event"]
+    if not isinstance(event, dict):
+        raise MalformedEvent("field 'event' is not an object")
+    if not isinstance(event.get("type"), str):
+        raise MalformedEvent("the event has no type")
+    _check_ids(event, "event")
+    if event["type"] in ("message", "app_mention"):
+        try:
+            _MessageShape.model_validate(event)
+        except ValidationError as exc:
+            fields = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
+            raise MalformedEvent(f"{event['type']} event with bad fields: {', '.join(fields)}") from None
+
+
+def _check_ids(payload: dict[str, Any], where: str) -> None:
+    for key in _ID_OR_OBJECT:
+        value = payload.get(key)
+        if value is not None and not isinstance(value, (str, dict)):
+            raise MalformedEvent(f"field {key!r} of the {where} is neither a string nor an object")
 
 
 def strip_mention(text: str, bot_user_id: str) -> str:
@@ -80,12 +163,13 @@ def parse_event(
         in_thread = bool(thread_ts) and thread_ts != ts
         root = thread_ts if in_thread else DM_ROOT
         reply_in = thread_ts if in_thread else None
-    elif kind == "app_mention":
+    elif kind == "app_mention" or mentions(text, bot_user_id):
+        # A mention may arrive as app_mention, as a message (file_share among them), or both
+        # (slack-bolt issues #925, #1451): either one starts the answer, and the inbox's
+        # per-message dedupe key (channel + ts) admits the second one never.
         root = thread_ts or ts
         reply_in = root
     else:
-        if mentions(text, bot_user_id):
-            return Ignored("channel mention (answered through app_mention)")
         if not thread_ts or thread_ts == ts:
             return Ignored("top-level channel message without a mention")
         if require_mention_in_threads or not in_known_thread:

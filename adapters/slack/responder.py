@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,15 @@ class SlackResponder:
             "reactions.remove", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
         )
 
+    def mention(self, user: str) -> str:
+        return f"<@{user}> "
+
+    def dm_address(self, user: str) -> str | None:
+        return user  # Slack delivers a post to a user id into that user's DM with the app
+
+    async def resolve_attachments(self, msg: InboundMessage) -> list[Attachment]:
+        return msg.attachments
+
     async def fetch_attachment(
         self, msg: InboundMessage, attachment: Attachment, dest: Path, max_bytes: int
     ) -> Path:
@@ -88,14 +99,27 @@ class SlackResponder:
             raise AttachmentError(f"{attachment.name} is larger than the {max_bytes // 1024**2} MB limit")
         if self._http is None or self._http.closed:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
-        return await download(
-            self._http,
-            attachment.url,
-            dest,
-            headers={"Authorization": f"Bearer {self._client.token}"},
-            max_bytes=max_bytes,
-            allowed_host_suffixes=SLACK_FILE_HOSTS,
-        )
+        # Downloaded under a short name, then renamed: `dest` may already be as long as a file
+        # name can be (a user's 255-byte file name), leaving no room for a temporary suffix.
+        staging = dest.with_name(f".fetch-{uuid.uuid4().hex}")
+        try:
+            await download(
+                self._http,
+                attachment.url,
+                staging,
+                headers={"Authorization": f"Bearer {self._client.token}"},
+                max_bytes=max_bytes,
+                allowed_host_suffixes=SLACK_FILE_HOSTS,
+            )
+            os.replace(staging, dest)
+        except aiohttp.ClientError:
+            raise  # a network failure (some are OSErrors too): the turn is retried
+        except OSError as exc:
+            # The workspace's file system refused the file (full disk, a name it cannot hold).
+            raise AttachmentError(f"it could not be saved ({exc.strerror or type(exc).__name__})") from exc
+        finally:
+            staging.unlink(missing_ok=True)
+        return dest
 
     def _web(self) -> AsyncWebClient:
         # One HTTP session for every Web API call: without one, slack_sdk opens (and on

@@ -34,8 +34,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from agent_core.config import CompressionConfig
 from agent_core.messages import (
     RedactedThinkingBlock,
     Role,
@@ -60,28 +59,6 @@ SUMMARY_SECTIONS = (
 )
 ACTIVATE_SKILL_TOOL = "activate_skill"
 _FILE_REF = re.compile(r"/(?:data|charts|reports|uploads)/[^\s)\]\"'`,;]+")
-
-
-class CompressionConfig(BaseModel):
-    """Knobs of context compression (fractions are of the model's context window)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    threshold: float = Field(0.8, gt=0, le=1)  # compress when the next request would be this full
-    keep_budget: float = Field(0.35, gt=0, lt=1)  # most the verbatim recent rounds may take
-    base_keep_rounds: int = Field(5, ge=1)
-    min_keep_rounds: int = Field(3, ge=1)
-    max_keep_rounds: int = Field(15, ge=1)
-    cache_ttl_s: float = Field(300.0, ge=0)  # the prompt cache's lifetime (5-minute breakpoints)
-    cold_prune_fill: float = Field(0.5, ge=0, le=1)  # prune on a cold cache from this fill on
-    prune_min_chars: int = Field(2000, ge=100)  # smaller tool results are never pruned
-    prune_input_chars: int = Field(500, ge=50)  # longer strings in old tool inputs are cut
-    summary_model: str | None = None  # None: the conversation's model
-    summary_words: int = Field(700, ge=100)  # length the summarizer is asked to stay under
-    summary_chunk_tokens: int = Field(60_000, ge=1000)  # transcript tokens per summarizer call
-    excerpt_chars: int = Field(1500, ge=100)  # of each tool result, shown to the summarizer
-    max_listed_requests: int = Field(40, ge=1)  # user requests carried verbatim
-    max_listed_errors: int = Field(15, ge=0)
 
 
 class SummaryFailed(Exception):

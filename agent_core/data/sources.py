@@ -11,6 +11,7 @@ The operator sets ``BA_DATASOURCES`` to a JSON object mapping a source name to i
         "row_cap": 5000,
         "statement_timeout_s": 20
       },
+      "legacy": {"url": "mysql://admin@10.0.0.9/erp", "allow_privileged": true},
       "shop": "mysql://ro@127.0.0.1:3306/shop",
       "archive": {"url": "duckdb:///srv/data/archive.duckdb"}
     }
@@ -19,7 +20,9 @@ A bare string is shorthand for ``{"url": ...}``. URLs are SQLAlchemy-style: ``po
 (also ``postgresql+psycopg://``), ``mysql://`` / ``mariadb://`` (also ``mysql+pymysql://``)
 and ``duckdb:///absolute/path.duckdb`` (or a plain path ending in ``.duckdb`` / ``.db``).
 ``allowed_channels`` / ``allowed_users``: ``null`` or absent means everyone; a list restricts
-the source to those chat channel / user ids (both checks must pass).
+the source to those chat channel / user ids (both checks must pass). ``allow_privileged``
+(default false) accepts a database role that can do more than read — see
+:mod:`agent_core.data.privileges`, which refuses such a source at start-up otherwise.
 
 Every query is checked by the SQL guard for the source's dialect and then runs in a session
 that is read-only at the database level, so a statement the guard missed still cannot write:
@@ -32,53 +35,53 @@ that is read-only at the database level, so a statement the guard missed still c
   ``max_statement_time`` (MariaDB), with a socket read timeout as a backstop;
 * DuckDB: a ``read_only=True`` connection without external access (see ``uploads``).
 
-Give the configured database user read-only grants as well: that is the strongest layer.
+Give the configured database user read-only grants as well: that is the strongest layer, and
+:func:`agent_core.data.privileges.verify_sources` checks it at start-up.
+
+Results are bounded by rows and by size (the first row included, see
+:mod:`agent_core.data.result_cap`). PostgreSQL rows are streamed (single-row mode, one
+statement per call) and MySQL rows read through an unbuffered cursor, so rows past the caps are
+never transferred in bulk.
 Drivers are blocking; callers run these functions in a worker thread.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import re
+import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import duckdb
 import psycopg
 import sqlalchemy
-from pydantic import BaseModel, Field, ValidationError, field_validator
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from pydantic import BaseModel
 from sqlalchemy.pool import NullPool
 from sqlglot import exp
 
 from agent_core.data.errors import (
-    DataSourceConfigError,
-    DataSourceNotAllowed,
     QueryFailed,
     QueryTimeout,
     TableNotFound,
 )
-from agent_core.data.sql_guard import ensure_read_only, with_row_limit
-from agent_core.data.uploads import (
-    DUCKDB_BASE_CONFIG,
-    QueryResult,
-    fetch_capped,
-    run_duckdb_query,
+from agent_core.data.result_cap import cap_rows, fetch_capped
+from agent_core.data.source_config import (
+    DataSourceConfig,
+    SourceKind,
+    _classify,
+    _sqlalchemy_url,
 )
-
-SourceKind = Literal["postgresql", "mysql", "duckdb"]
+from agent_core.data.sql_guard import ensure_read_only, with_row_limit
+from agent_core.data.uploads import DUCKDB_BASE_CONFIG, QueryResult, run_duckdb_query
 
 DEFAULT_ROW_CAP = 1000
 DEFAULT_BYTE_CAP = 1_000_000
 DEFAULT_TIMEOUT_S = 30.0
 _CONNECT_TIMEOUT_S = 10
 _SAMPLE_ROWS = 5
-_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _GUARD_DIALECT: dict[SourceKind, str] = {
     "postgresql": "postgres",
     "mysql": "mysql",
@@ -95,43 +98,6 @@ _SYSTEM_SCHEMAS = {
 # MySQL error codes: statement time limit (MySQL 3024, MariaDB 1969), lost connection after the
 # socket read timeout (2013), and a write in a read-only transaction (1792).
 _MYSQL_TIMEOUT_ERRORS = {3024, 1969, 2013}
-
-
-class DataSourceConfig(BaseModel):
-    """One operator-configured data source."""
-
-    name: str
-    url: str
-    description: str | None = None
-    allowed_channels: list[str] | None = None  # None: every channel
-    allowed_users: list[str] | None = None  # None: every user
-    row_cap: int | None = Field(default=None, gt=0)
-    statement_timeout_s: float | None = Field(default=None, gt=0)
-
-    @field_validator("name")
-    @classmethod
-    def _check_name(cls, name: str) -> str:
-        if not _NAME_PATTERN.match(name):
-            raise ValueError(
-                "the name must start with a lower-case letter and contain only a-z, 0-9, '_' or '-'"
-            )
-        return name
-
-    @field_validator("url")
-    @classmethod
-    def _check_url(cls, url: str) -> str:
-        _classify(url)  # raises ValueError with a readable message
-        return url
-
-    @property
-    def kind(self) -> SourceKind:
-        return _classify(self.url)[0]
-
-    @property
-    def safe_url(self) -> str:
-        """The URL with any password masked, for logs and messages."""
-        kind, target = _classify(self.url)
-        return str(target) if kind == "duckdb" else target.render_as_string(hide_password=True)
 
 
 class SourceTable(BaseModel):
@@ -153,53 +119,6 @@ class SourceTableDescription(BaseModel):
     sample_rows: list[list[Any]]
 
 
-def parse_datasources(raw: str | None) -> dict[str, DataSourceConfig]:
-    """Parse the ``BA_DATASOURCES`` JSON (see module docstring); empty or None means none.
-
-    Raises :class:`DataSourceConfigError` naming the offending source.
-    """
-    if raw is None or not raw.strip():
-        return {}
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise DataSourceConfigError(f"BA_DATASOURCES is not valid JSON: {error}") from error
-    if not isinstance(data, dict):
-        raise DataSourceConfigError("BA_DATASOURCES must be a JSON object of name -> source.")
-    sources: dict[str, DataSourceConfig] = {}
-    for name, settings in data.items():
-        if isinstance(settings, str):
-            settings = {"url": settings}
-        if not isinstance(settings, dict):
-            raise DataSourceConfigError(
-                f"Data source {name!r}: expected a URL string or an object with a 'url'."
-            )
-        if "name" in settings and settings["name"] != name:
-            raise DataSourceConfigError(f"Data source {name!r}: 'name' differs from its key.")
-        try:
-            sources[name] = DataSourceConfig.model_validate({**settings, "name": name})
-        except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
-                for e in error.errors()
-            )
-            raise DataSourceConfigError(f"Data source {name!r}: {problems}") from error
-    return sources
-
-
-def is_allowed(cfg: DataSourceConfig, channel: str | None, user: str | None) -> bool:
-    """True if ``user`` in ``channel`` may use the source (both allowlists must pass)."""
-    if cfg.allowed_channels is not None and channel not in cfg.allowed_channels:
-        return False
-    return cfg.allowed_users is None or user in cfg.allowed_users
-
-
-def ensure_allowed(cfg: DataSourceConfig, channel: str | None, user: str | None) -> None:
-    """Raise :class:`DataSourceNotAllowed` unless :func:`is_allowed`."""
-    if not is_allowed(cfg, channel, user):
-        raise DataSourceNotAllowed(f"The data source {cfg.name!r} is not available here.")
-
-
 def query_source(
     cfg: DataSourceConfig,
     sql: str,
@@ -217,8 +136,14 @@ def query_source(
     timeout = _smaller(timeout_s, cfg.statement_timeout_s, DEFAULT_TIMEOUT_S)
     if cfg.kind == "duckdb":
         # run_duckdb_query applies the guard itself and opens the file read-only.
-        return run_duckdb_query(
+        result = run_duckdb_query(
             _duckdb_path(cfg), sql, row_cap=rows, byte_cap=byte_cap, timeout_s=timeout
+        )
+        capped, cut = cap_rows(result.rows, byte_cap)
+        if not cut:
+            return result
+        return result.model_copy(
+            update={"rows": capped, "row_count": len(capped), "truncated": True}
         )
     dialect = _GUARD_DIALECT[cfg.kind]
     safe_sql = ensure_read_only(sql, dialect)
@@ -333,14 +258,28 @@ def _run_postgres(
     cfg: DataSourceConfig, sql: str, row_cap: int, byte_cap: int, timeout_s: float
 ) -> _Fetched:
     try:
-        with _postgres_connection(cfg, timeout_s) as conn, conn.cursor() as cursor:
-            cursor.execute("SET TRANSACTION READ ONLY")
-            cursor.execute(sql)
-            if cursor.description is None:
+        with _postgres_connection(cfg, timeout_s) as conn:
+            conn.execute("SET TRANSACTION READ ONLY")
+            cursor = conn.cursor()
+            # Single-row mode: rows arrive as fetch_capped asks for them; closing the stream
+            # early cancels the rest, so rows past the caps are never transferred or held.
+            stream = cast(Generator[Any, None, None], cursor.stream(sql))
+            try:
+                rows, truncated = fetch_capped(
+                    lambda size: list(itertools.islice(stream, size)), row_cap, byte_cap
+                )
+            finally:
+                stream.close()
+            description = cursor.description
+            if description is None and not rows:
+                # Single-row mode leaves no description when there were no rows; LIMIT 0 asks
+                # for the columns without running the query again.
+                describe = conn.execute(f"SELECT * FROM ({sql}) AS _columns LIMIT 0")
+                description = describe.description
+            if description is None:
                 raise QueryFailed("The statement returned no rows.")
-            columns = [d.name for d in cursor.description]
-            types = [_postgres_type_name(conn, d.type_code) for d in cursor.description]
-            rows, truncated = fetch_capped(cursor.fetchmany, row_cap, byte_cap)
+            columns = [d.name for d in description]
+            types = [_postgres_type_name(conn, d.type_code) for d in description]
             conn.rollback()  # nothing to keep; ends the read-only transaction cleanly
     except psycopg.errors.QueryCanceled as error:
         raise QueryTimeout(
@@ -357,9 +296,12 @@ def _run_mysql(
 ) -> _Fetched:
     # PyMySQL is imported only here: it is needed only when a MySQL source is configured.
     import pymysql
+    import pymysql.cursors
 
     try:
-        with _mysql_connection(cfg, timeout_s) as conn, conn.cursor() as cursor:
+        with _mysql_connection(cfg, timeout_s) as conn:
+            # Unbuffered: rows are read from the socket as fetch_capped asks for them.
+            cursor = conn.cursor(pymysql.cursors.SSCursor)
             cursor.execute("START TRANSACTION READ ONLY")
             cursor.execute(sql)
             if cursor.description is None:
@@ -368,7 +310,17 @@ def _run_mysql(
             type_names = _mysql_type_names()
             types = [type_names.get(d[1], str(d[1])) for d in cursor.description]
             rows, truncated = fetch_capped(cursor.fetchmany, row_cap, byte_cap)
-            conn.rollback()
+            if truncated:
+                # Closing an unbuffered cursor reads (and discards) every row left. Abandon the
+                # result and drop the connection instead, which also ends the transaction.
+                result = getattr(cursor, "_result", None)
+                if result is not None:
+                    result.unbuffered_active = False
+                cursor.close()
+                conn.close()
+            else:
+                cursor.close()
+                conn.rollback()
     except pymysql.MySQLError as error:
         code = error.args[0] if error.args and isinstance(error.args[0], int) else None
         if code in _MYSQL_TIMEOUT_ERRORS:
@@ -434,7 +386,8 @@ def _mysql_connection(cfg: DataSourceConfig, timeout_s: float) -> Iterator[Any]:
             cursor.execute("SET SESSION TRANSACTION READ ONLY")
         yield conn
     finally:
-        conn.close()
+        if conn.open:
+            conn.close()
 
 
 @contextmanager
@@ -488,33 +441,6 @@ def _duckdb_rows(cfg: DataSourceConfig, sql: str, params: list[Any] | None = Non
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-
-def _classify(url: str) -> tuple[SourceKind, Any]:
-    """Return (kind, SQLAlchemy URL or DuckDB path); ValueError with a readable message."""
-    if url.startswith("duckdb:"):
-        path = url.removeprefix("duckdb:").removeprefix("//")
-        if not path.startswith("/"):
-            raise ValueError("a DuckDB URL needs an absolute path: duckdb:///path/to/file.duckdb")
-        return "duckdb", Path(path)
-    if "://" not in url and url.endswith((".duckdb", ".db")):
-        return "duckdb", Path(url)
-    try:
-        parsed = make_url(url)
-    except ArgumentError as error:
-        raise ValueError(
-            "not a valid database URL (expected postgresql://, mysql:// or duckdb:///path)"
-        ) from error
-    backend = parsed.get_backend_name()
-    if backend == "postgresql":
-        return "postgresql", parsed
-    if backend in ("mysql", "mariadb"):
-        return "mysql", parsed
-    raise ValueError(f"unsupported database type {backend!r} (use PostgreSQL, MySQL or DuckDB)")
-
-
-def _sqlalchemy_url(cfg: DataSourceConfig) -> URL:
-    return _classify(cfg.url)[1]
 
 
 def _duckdb_path(cfg: DataSourceConfig) -> Path:

@@ -3,48 +3,87 @@
 The guard parses SQL with sqlglot (never with regular expressions) and accepts exactly one
 query statement: ``SELECT``, ``WITH … SELECT``, DuckDB's ``FROM …`` shorthand, and set
 operations (``UNION`` / ``INTERSECT`` / ``EXCEPT``) of those. Everything else is refused with an
-:class:`UnsafeSQLError` whose message the model and the user can act on.
+:class:`UnsafeSQLError` (the tools report it as ``permission_denied``) whose message names what
+was refused, so the model and the user can act on it.
 
-What is checked, on the whole syntax tree (so sub-queries and CTEs are covered too):
+What is checked, on the whole syntax tree (so sub-queries, CTEs, lambdas and arguments of
+arguments are covered too):
 
-* statement kind — allowlist: only queries; DML, DDL, ``ATTACH``, ``COPY``, ``PRAGMA``,
-  ``SET``, ``INSTALL``/``LOAD``, ``CALL``, ``EXPORT``/``IMPORT``, transactions … are refused,
-  including data-modifying CTEs (``WITH x AS (DELETE … RETURNING …)``);
-* ``SELECT … INTO`` and row locks (``FOR UPDATE``);
-* functions — a denylist of names that read or write files, reach the network, run SQL held in
-  a string, change settings or touch server state (``read_csv``, ``glob``, ``*_scan``,
-  ``pg_read_file``, ``lo_import``, ``dblink``, ``set_config``, ``load_file`` …);
-  PostgreSQL ``pg_*`` functions are refused unless on a small allowlist of harmless
-  introspection helpers;
-* table functions in ``FROM`` — allowlist (``range``, ``generate_series``, ``unnest``,
-  JSON set-returning functions, DuckDB catalog views …);
-* DuckDB replacement scans — a table "name" that looks like a file path or URL
-  (``FROM 'data.csv'``, ``FROM "s3://…"``) is refused.
+* statement kind — only queries; DML, DDL, ``ATTACH``, ``COPY``, ``PRAGMA``, ``SET``,
+  ``INSTALL``/``LOAD``, ``CALL``, ``EXPORT``/``IMPORT``, transactions … are refused, including
+  data-modifying CTEs (``WITH x AS (DELETE … RETURNING …)``) and anything sqlglot could only
+  parse as an opaque ``Command``;
+* ``SELECT … INTO``, row locks (``FOR UPDATE`` / ``FOR SHARE`` / ``LOCK IN SHARE MODE``),
+  optimizer hints (``/*+ SET_VAR(…) */`` can lift the time limit), server variables
+  (``@@datadir``), user variables and placeholders (``@x := …``, ``$1``, ``?``);
+* functions — an **allowlist** per dialect (:mod:`agent_core.data.sql_allowlist`): aggregates,
+  window, math, string, date/time, conditional, cast, JSON and array functions, matched on the
+  sqlglot expression class for functions sqlglot knows and on the SQL name for the rest
+  (``exp.Anonymous``). A function not on the list — ``ts_stat``/``query_to_xml`` (run SQL given
+  as text), ``pg_read_file``/``read_csv``/``load_file`` (files), ``pg_terminate_backend``,
+  ``set_config``, ``pg_advisory_lock``/``GET_LOCK``, ``current_setting`` … — is refused by
+  name. Schema-qualified calls (``public.f()``, ``x.f()``) are refused: they could reach
+  user-defined functions;
+* table functions in ``FROM`` — the same allowlist plus, for DuckDB, the catalog functions
+  (``duckdb_tables()`` …; not ``duckdb_databases()`` or ``duckdb_settings()``, which show
+  paths);
+* tables in system schemas — an allowlist of catalog views (``information_schema.tables`` /
+  ``columns`` …, PostgreSQL ``pg_catalog`` views for describing tables); ``pg_authid``,
+  ``pg_settings``, ``pg_stat_activity``, ``mysql.user``, ``performance_schema``, DuckDB's
+  ``system`` catalog and ``pg_catalog`` … are refused;
+* DuckDB file scans — a table name that is really a path, URL, glob or file name
+  (``FROM '/etc/passwd'``, ``FROM "s3://…"``, ``FROM data.csv``, ``FROM "/srv/x".parquet``)
+  is refused before DuckDB's external-access setting would have to stop it;
+* nesting — more than :data:`MAX_NESTING` levels of brackets (or a tree too deep for the parser)
+  is refused with a clear message instead of a ``RecursionError``.
 
-The guard is the first of several layers: the executors also open connections read-only (DuckDB
-``read_only=True`` plus ``enable_external_access=false``; PostgreSQL/MySQL read-only sessions)
-so that a gap in the guard still cannot write or escape.
+The guard is the first of several layers: the executors open connections read-only (DuckDB
+``read_only=True`` plus ``enable_external_access=false``; PostgreSQL/MySQL read-only sessions),
+and :mod:`agent_core.data.privileges` refuses at start-up a source whose database role can do
+more than read.
 
 The SQL returned is regenerated from the syntax tree without comments, so what runs is exactly
-what was checked (no parser-differential tricks with comments or odd tokens).
+what was checked (no parser-differential tricks with comments, quoting or odd tokens).
 """
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Literal
 
-import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect as SqlglotDialect
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from agent_core.data.errors import SQLParseError, UnsafeSQLError
+from agent_core.data.sql_allowlist import (
+    DIALECTS,
+    DUCKDB_CATALOG_VIEW_NAMES,
+    DUCKDB_CATALOG_VIEWS,
+    DUCKDB_FILE_EXTENSIONS,
+    DUCKDB_SYSTEM_CATALOGS,
+    DUCKDB_SYSTEM_NAME_PREFIXES,
+    DUCKDB_SYSTEM_SCHEMAS,
+    FUNCTION_CLASSES,
+    FUNCTION_NAMES,
+    MYSQL_CATALOG_VIEWS,
+    MYSQL_SYSTEM_SCHEMAS,
+    PATH_CHARACTERS,
+    POSTGRES_CATALOG_VIEWS,
+    TABLE_ONLY_FUNCTION_NAMES,
+)
 
 Dialect = Literal["duckdb", "postgres", "mysql"]
+
+# Deepest bracket nesting accepted; real analytical queries stay far below this, and sqlglot's
+# recursive-descent parser overflows the Python stack at a few hundred levels.
+MAX_NESTING = 64
 
 # Statement nodes that must not appear anywhere in the tree. Besides these, ``exp.Command`` —
 # sqlglot's fallback for syntax it does not model (LOAD, CALL, RESET, VACUUM, EXPLAIN …) — is
 # refused too: unknown means no.
-_FORBIDDEN_NODES: dict[type[exp.Expression], str] = {
+_FORBIDDEN_NODES: dict[type[exp.Expr], str] = {
     exp.Insert: "INSERT",
     exp.Update: "UPDATE",
     exp.Delete: "DELETE",
@@ -66,140 +105,16 @@ _FORBIDDEN_NODES: dict[type[exp.Expression], str] = {
     exp.LoadData: "LOAD DATA",
 }
 
-# Exact function names (lower case) that are refused in every dialect. Names that exist in only
-# one engine are harmless to refuse in the others, and one list is easier to audit.
-_DENIED_FUNCTIONS: frozenset[str] = frozenset(
-    {
-        # DuckDB: file and network readers, metadata readers, SQL-in-a-string, secrets.
-        "glob",
-        "sniff_csv",
-        "parquet_metadata",
-        "parquet_schema",
-        "parquet_file_metadata",
-        "parquet_kv_metadata",
-        "parquet_bloom_probe",
-        "query",
-        "query_table",
-        "json_execute_serialized_sql",
-        "duckdb_secrets",
-        "which_secret",
-        "load_aws_credentials",
-        "getenv",
-        "checkpoint",
-        "force_checkpoint",
-        "sqlite_attach",
-        "postgres_query",
-        "postgres_execute",
-        "mysql_query",
-        "mysql_execute",
-        # PostgreSQL: settings, sequences (writes), SQL-in-a-string.
-        "set_config",
-        "nextval",
-        "setval",
-        "query_to_xml",
-        "query_to_xmlschema",
-        "query_to_xml_and_xmlschema",
-        "cursor_to_xml",
-        "cursor_to_xmlschema",
-        "loread",
-        "lowrite",
-        # MySQL: file reads, locks, CPU burners, common UDF backdoors.
-        "load_file",
-        "benchmark",
-        "get_lock",
-        "release_lock",
-        "release_all_locks",
-        "master_pos_wait",
-        "source_pos_wait",
-        "sys_exec",
-        "sys_eval",
-    }
+_ANONYMOUS_TYPES: tuple[type[exp.Expr], ...] = (exp.Anonymous, exp.AnonymousAggFunc)
+_OPENING = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE}
+_CLOSING = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE}
+
+_FUNCTION_HELP = (
+    "a query may call only analytical functions (aggregates, window functions, math, text, "
+    "date/time, conditionals, casts, JSON and arrays); functions that run SQL given as text, "
+    "read files, reach the network, take locks, change settings or reveal server paths are "
+    "refused"
 )
-
-# Name prefixes / suffixes that are refused: whole families of file, network or admin functions.
-_DENIED_PREFIXES: tuple[str, ...] = ("read_", "lo_", "dblink", "iceberg_", "delta_", "ducklake_")
-_DENIED_SUFFIXES: tuple[str, ...] = ("_scan", "_attach")
-_DENIED_INFIXES: tuple[str, ...] = ("_scan_",)
-
-# PostgreSQL's pg_* namespace mixes harmless helpers with file access and server administration
-# (pg_read_file, pg_ls_dir, pg_terminate_backend …), so it is allowlisted rather than denylisted.
-_ALLOWED_PG_FUNCTIONS: frozenset[str] = frozenset(
-    {
-        "pg_typeof",
-        "pg_sleep",  # harmless: every executor enforces a statement timeout
-        "pg_size_pretty",
-        "pg_column_size",
-        "pg_relation_size",
-        "pg_table_size",
-        "pg_indexes_size",
-        "pg_total_relation_size",
-        "pg_database_size",
-        "pg_get_viewdef",
-        "pg_get_constraintdef",
-        "pg_get_indexdef",
-        "pg_get_expr",
-        "pg_get_userbyid",
-        "pg_get_serial_sequence",
-        "pg_table_is_visible",
-        "pg_encoding_to_char",
-        "pg_client_encoding",
-        "pg_backend_pid",
-        "pg_is_in_recovery",
-        "pg_postmaster_start_time",
-        "pg_input_is_valid",
-    }
-)
-
-# Functions allowed in table position (FROM / JOIN / LATERAL). Anything else there is refused,
-# because table position is where file readers (read_csv, postgres_scan …) are used.
-_ALLOWED_TABLE_FUNCTIONS: frozenset[str] = frozenset(
-    {
-        "range",
-        "generate_series",
-        "exploding_generate_series",
-        "unnest",
-        "generate_subscripts",
-        "json_each",
-        "json_each_text",
-        "jsonb_each",
-        "jsonb_each_text",
-        "json_array_elements",
-        "json_array_elements_text",
-        "jsonb_array_elements",
-        "jsonb_array_elements_text",
-        "json_to_recordset",
-        "jsonb_to_recordset",
-        "json_object_keys",
-        "jsonb_object_keys",
-        "json_tree",
-        "regexp_matches",
-        "regexp_split_to_table",
-        "string_to_table",
-        "duckdb_tables",
-        "duckdb_views",
-        "duckdb_columns",
-        "duckdb_schemas",
-        "duckdb_databases",
-        "duckdb_types",
-        "duckdb_functions",
-        "duckdb_constraints",
-        "duckdb_indexes",
-        "pragma_table_info",
-        "pragma_show_tables",
-    }
-)
-
-# Typed sqlglot classes for table functions whose sql_names() differ from the SQL spelling.
-_ALLOWED_TABLE_FUNCTION_TYPES: tuple[type[exp.Expression], ...] = (
-    exp.GenerateSeries,
-    exp.ExplodingGenerateSeries,
-    exp.Unnest,
-    exp.JSONTable,
-)
-
-# Characters that never appear in a sensible table name but always in a path or URL; DuckDB
-# would treat such a "table" as a file to scan.
-_PATH_CHARS = ("/", "\\", ":", ".", "~", "*", "?")
 
 
 def ensure_read_only(sql: str, dialect: Dialect | str = "duckdb") -> str:
@@ -207,20 +122,25 @@ def ensure_read_only(sql: str, dialect: Dialect | str = "duckdb") -> str:
 
     ``dialect`` is a sqlglot dialect name: ``duckdb``, ``postgres`` or ``mysql``.
 
-    Raises :class:`SQLParseError` if the SQL cannot be parsed and :class:`UnsafeSQLError` if it
-    is anything but a single SELECT-like query free of file, network and state-changing
-    functions. The returned SQL is regenerated from the parsed tree (comments dropped) and is
-    the text that must be executed.
+    Raises :class:`SQLParseError` if the SQL cannot be parsed (or is nested too deeply) and
+    :class:`UnsafeSQLError` if it is anything but a single SELECT-like query that calls only
+    allowlisted functions and reads only user tables and allowlisted catalog views. The
+    returned SQL is regenerated from the parsed tree (comments dropped) and is the text that
+    must be executed.
     """
-    statement = _parse_single(sql, dialect)
-    if not _is_query(statement):
-        raise UnsafeSQLError(
-            f"Only read-only queries are allowed (SELECT, WITH … SELECT, UNION …); "
-            f"refused: {_describe(statement)}."
-        )
-    for node in statement.walk():
-        _check_node(node, dialect)
-    return statement.sql(dialect=dialect, comments=False)
+    dialect = _checked_dialect(dialect)
+    try:
+        statement = _parse_single(sql, dialect)
+        if not _is_query(statement):
+            raise UnsafeSQLError(
+                f"Only read-only queries are allowed (SELECT, WITH … SELECT, UNION …); "
+                f"refused: {_describe(statement)}."
+            )
+        for node in statement.walk():
+            _check_node(node, dialect)
+        return statement.sql(dialect=dialect, comments=False)
+    except RecursionError as error:
+        raise _too_deep() from error
 
 
 def with_row_limit(sql: str, limit: int, dialect: Dialect | str = "duckdb") -> str:
@@ -236,36 +156,53 @@ def with_row_limit(sql: str, limit: int, dialect: Dialect | str = "duckdb") -> s
     """
     if limit < 0:
         raise ValueError("limit must be >= 0")
-    statement = _parse_single(sql, dialect)
-    if not _is_query(statement):
-        raise UnsafeSQLError(
-            f"A row limit can only be applied to a query; got {_describe(statement)}."
-        )
-    current = statement.args.get("limit")
-    if current is None:
-        statement.set("limit", exp.Limit(expression=exp.Literal.number(limit)))
-        return statement.sql(dialect=dialect, comments=False)
-    if isinstance(current, exp.Limit) and not current.args.get("offset"):
-        value = current.expression
-        if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
-            if int(value.this) > limit:
-                current.set("expression", exp.Literal.number(limit))
-            return statement.sql(dialect=dialect, comments=False)
-    wrapped = (
-        exp.select("*")
-        .from_(
-            exp.Subquery(this=statement, alias=exp.TableAlias(this=exp.to_identifier("_capped")))
-        )
-        .limit(limit)
-    )
-    return wrapped.sql(dialect=dialect, comments=False)
-
-
-def _parse_single(sql: str, dialect: str) -> exp.Expression:
-    """Parse ``sql`` and return its only statement, refusing zero or several statements."""
     try:
+        statement = _parse_single(sql, dialect)
+        if not _is_query(statement):
+            raise UnsafeSQLError(
+                f"A row limit can only be applied to a query; got {_describe(statement)}."
+            )
+        current = statement.args.get("limit")
+        if current is None:
+            statement.set("limit", exp.Limit(expression=exp.Literal.number(limit)))
+            return statement.sql(dialect=dialect, comments=False)
+        if isinstance(current, exp.Limit) and not current.args.get("offset"):
+            value = current.expression
+            if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
+                if int(value.this) > limit:
+                    current.set("expression", exp.Literal.number(limit))
+                return statement.sql(dialect=dialect, comments=False)
+        wrapped = (
+            exp.select("*")
+            .from_(
+                exp.Subquery(
+                    this=statement, alias=exp.TableAlias(this=exp.to_identifier("_capped"))
+                )
+            )
+            .limit(limit)
+        )
+        return wrapped.sql(dialect=dialect, comments=False)
+    except RecursionError as error:
+        raise _too_deep() from error
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+
+def _checked_dialect(dialect: str) -> str:
+    if dialect not in DIALECTS:
+        raise ValueError(f"unsupported SQL dialect {dialect!r} (expected one of {DIALECTS})")
+    return dialect
+
+
+def _parse_single(sql: str, dialect: str) -> exp.Expr:
+    """Parse ``sql`` and return its only statement, refusing zero or several statements."""
+    engine = SqlglotDialect.get_or_raise(dialect)
+    try:
+        tokens = engine.tokenize(sql)
+        _check_nesting(tokens)
         # Empty statements (a trailing ";;") parse as None and are dropped.
-        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+        statements = [s for s in engine.parser().parse(tokens, sql) if s is not None]
     except (ParseError, TokenError) as error:
         raise SQLParseError(f"The SQL could not be parsed ({_first_line(error)}).") from error
     if not statements:
@@ -277,80 +214,181 @@ def _parse_single(sql: str, dialect: str) -> exp.Expression:
     return statements[0]
 
 
-def _is_query(statement: exp.Expression) -> bool:
+def _check_nesting(tokens: list) -> None:
+    """Refuse bracket nesting deeper than :data:`MAX_NESTING` before the recursive parser runs."""
+    depth = deepest = 0
+    for token in tokens:
+        if token.token_type in _OPENING:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token.token_type in _CLOSING:
+            depth -= 1
+    if deepest > MAX_NESTING:
+        raise SQLParseError(
+            f"The SQL nests brackets {deepest} levels deep; at most {MAX_NESTING} are allowed. "
+            f"Flatten it, e.g. with a WITH … AS (…) common table expression per step."
+        )
+
+
+def _too_deep() -> SQLParseError:
+    return SQLParseError(
+        "The SQL is nested too deeply to be checked. Flatten it, e.g. with a WITH … AS (…) "
+        "common table expression per step, or fewer chained operators."
+    )
+
+
+def _is_query(statement: exp.Expr) -> bool:
     """True for SELECT, set operations of queries, and a parenthesized query."""
     while isinstance(statement, exp.Subquery):
         statement = statement.this
     return isinstance(statement, (exp.Select, exp.SetOperation))
 
 
-def _check_node(node: exp.Expression, dialect: str) -> None:
+# --- checks ----------------------------------------------------------------------------------
+
+
+def _check_node(node: exp.Expr, dialect: str) -> None:
     """Raise if ``node`` is a forbidden construct; called for every node of the tree."""
     label = _forbidden_label(node)
     if label is not None:
         raise UnsafeSQLError(f"{label} is not allowed: only read-only queries can run.")
     if isinstance(node, exp.Into):
-        raise UnsafeSQLError("SELECT … INTO is not allowed: it creates a table.")
+        raise UnsafeSQLError("SELECT … INTO is not allowed: it creates a table or sets variables.")
     if isinstance(node, exp.Lock):
         raise UnsafeSQLError("Row locks (FOR UPDATE / FOR SHARE) are not allowed.")
+    if isinstance(node, exp.Hint):
+        raise UnsafeSQLError(
+            "Optimizer hints (/*+ … */) are not allowed: they can change session settings such "
+            "as the query time limit."
+        )
+    if isinstance(node, exp.SessionParameter):
+        raise UnsafeSQLError(
+            f"Server variables ({node.sql(dialect=dialect)}) are not allowed: they reveal the "
+            f"server's configuration and file paths."
+        )
+    if isinstance(node, (exp.Parameter, exp.Placeholder)):
+        raise UnsafeSQLError(
+            f"Variables and placeholders ({node.sql(dialect=dialect)}) are not allowed; write "
+            f"the values into the query."
+        )
     if isinstance(node, exp.Func):
-        _check_function(node)
+        _check_function(node, dialect)
     if isinstance(node, exp.Table):
         _check_table(node, dialect)
 
 
-def _check_function(func: exp.Func) -> None:
-    """Refuse denylisted functions and table functions outside the allowlist."""
-    names = _function_names(func)
-    for name in names:
-        if _is_denied_function(name):
-            raise UnsafeSQLError(
-                f"The function {name}() is not allowed: it can read or write files, reach the "
-                f"network, run other SQL or change server state."
-            )
-    in_table_position = isinstance(func.parent, (exp.Table, exp.Lateral))
-    if in_table_position and not (
-        isinstance(func, _ALLOWED_TABLE_FUNCTION_TYPES) or names & _ALLOWED_TABLE_FUNCTIONS
-    ):
-        shown = sorted(names)[0] if names else "this function"
+def _check_function(func: exp.Func, dialect: str) -> None:
+    """Refuse any function (scalar or in FROM) that is not on the dialect's allowlist."""
+    parent = func.parent
+    name = _function_name(func)
+    if isinstance(parent, exp.Dot) and parent.expression is func:
+        qualifier = parent.this.sql(dialect=dialect)
         raise UnsafeSQLError(
-            f"The table function {shown}() is not allowed in FROM; query the existing tables "
-            f"instead (allowed table functions: range, generate_series, unnest, JSON helpers)."
+            f"The qualified function call {qualifier}.{name}() is not allowed: call built-in "
+            f"functions by their plain name, e.g. {name}(…); schema-qualified names can reach "
+            f"user-defined functions."
+        )
+    in_table_position = func.arg_key == "this" and isinstance(
+        parent, (exp.Table, exp.Lateral, exp.From, exp.Join)
+    )
+    if isinstance(func, _ANONYMOUS_TYPES):
+        allowed = name.isascii() and (
+            name in FUNCTION_NAMES[dialect]
+            or (in_table_position and name in TABLE_ONLY_FUNCTION_NAMES[dialect])
+        )
+    else:
+        allowed = type(func) in FUNCTION_CLASSES
+    if not allowed:
+        kind, where = ("table function", " in FROM") if in_table_position else ("function", "")
+        raise UnsafeSQLError(f"The {kind} {name}() is not allowed{where}: {_FUNCTION_HELP}.")
+    if isinstance(parent, exp.Table) and (parent.args.get("db") or parent.args.get("catalog")):
+        raise UnsafeSQLError(
+            f"The qualified table function {parent.sql(dialect=dialect)} is not allowed: call "
+            f"built-in table functions by their plain name, e.g. {name}(…)."
         )
 
 
 def _check_table(table: exp.Table, dialect: str) -> None:
-    """Refuse DuckDB replacement scans: a quoted table name that is really a path or URL."""
-    if dialect != "duckdb":
-        return
-    name = table.this
-    if isinstance(name, exp.Identifier) and any(ch in name.name for ch in _PATH_CHARS):
+    """Refuse system-catalog tables off the allowlist and (DuckDB) file paths posing as tables."""
+    if isinstance(table.this, exp.Func):
+        return  # a table function: checked by _check_function
+    raw_parts = [part.name for part in table.parts]
+    shown = ".".join(raw_parts)
+    if len(raw_parts) > 3 or not all(
+        isinstance(part, exp.Identifier) for part in table.parts
+    ):
         raise UnsafeSQLError(
-            f"Reading files or URLs is not allowed ({name.name!r} looks like a path); "
+            f"The table name {shown!r} is not allowed: use table, schema.table or "
+            f"catalog.schema.table."
+        )
+    if dialect == "duckdb":
+        _check_duckdb_path(raw_parts, shown)
+    parts = [_fold(part) for part in raw_parts]
+    name = parts[-1]
+    schema = parts[-2] if len(parts) >= 2 else None
+    catalog = parts[-3] if len(parts) >= 3 else None
+    if dialect == "postgres":
+        if schema is None and name.startswith("pg_"):
+            schema = "pg_catalog"  # pg_catalog is searched first for unqualified names
+        if schema is not None and (schema in POSTGRES_CATALOG_VIEWS or schema.startswith("pg_")):
+            _require_catalog_view(name, POSTGRES_CATALOG_VIEWS.get(schema), shown, dialect)
+    elif dialect == "mysql":
+        if schema in MYSQL_SYSTEM_SCHEMAS:
+            _require_catalog_view(name, MYSQL_CATALOG_VIEWS.get(schema), shown, dialect)
+    else:
+        if catalog in DUCKDB_SYSTEM_CATALOGS:
+            _require_catalog_view(name, None, shown, dialect)
+        if schema in DUCKDB_SYSTEM_SCHEMAS:
+            _require_catalog_view(name, DUCKDB_CATALOG_VIEWS.get(schema), shown, dialect)
+        elif catalog is None and name.startswith(DUCKDB_SYSTEM_NAME_PREFIXES):
+            # Without a catalog, a name missing from the database resolves to DuckDB's
+            # built-in views (``main.duckdb_databases`` too).
+            _require_catalog_view(name, DUCKDB_CATALOG_VIEW_NAMES, shown, dialect)
+
+
+def _check_duckdb_path(parts: list[str], shown: str) -> None:
+    """DuckDB reads a missing table whose name looks like a file (a "replacement scan")."""
+    looks_like_file = any(
+        "." in part or any(ch in PATH_CHARACTERS for ch in part) for part in parts
+    ) or (len(parts) > 1 and _fold(parts[-1]) in DUCKDB_FILE_EXTENSIONS)
+    if looks_like_file:
+        raise UnsafeSQLError(
+            f"Reading files or URLs is not allowed ({shown!r} looks like a path or file name); "
             f"query the existing tables instead."
         )
 
 
-def _function_names(func: exp.Func) -> set[str]:
-    """Lower-case SQL names a function node may stand for."""
-    if isinstance(func, exp.Anonymous):
-        return {func.name.lower()}
-    return {name.lower() for name in func.sql_names()}
-
-
-def _is_denied_function(name: str) -> bool:
-    if name in _DENIED_FUNCTIONS:
-        return True
-    if name.startswith("pg_") and name not in _ALLOWED_PG_FUNCTIONS:
-        return True
-    return (
-        name.startswith(_DENIED_PREFIXES)
-        or name.endswith(_DENIED_SUFFIXES)
-        or any(infix in name for infix in _DENIED_INFIXES)
+def _require_catalog_view(
+    name: str, allowed: frozenset[str] | None, shown: str, dialect: str
+) -> None:
+    if allowed is not None and name in allowed:
+        return
+    readable = {
+        "postgres": "information_schema.tables / columns / views … and the pg_catalog views "
+        "that describe tables (pg_tables, pg_views, pg_class, pg_attribute, pg_indexes …)",
+        "mysql": "information_schema.tables / columns / views / statistics …",
+        "duckdb": "information_schema.tables / columns … and duckdb_tables(), duckdb_columns(), "
+        "duckdb_views()",
+    }[dialect]
+    raise UnsafeSQLError(
+        f"Reading the system table {shown!r} is not allowed: of the system catalogs only "
+        f"{readable} can be queried."
     )
 
 
-def _forbidden_label(node: exp.Expression) -> str | None:
+def _function_name(func: exp.Func) -> str:
+    """The lower-case SQL name of a function node, as the user would recognise it."""
+    if isinstance(func, _ANONYMOUS_TYPES):
+        return func.name.lower()
+    return func.sql_name().lower()
+
+
+def _fold(text: str) -> str:
+    """Compatibility-normalized, case-folded text: look-alike spellings of a name compare equal."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def _forbidden_label(node: exp.Expr) -> str | None:
     """The user-facing name of a forbidden statement node, or None if the node is allowed."""
     if isinstance(node, exp.Command):
         # The fallback node keeps the leading keyword (LOAD, CALL, RESET …) in ``this``.
@@ -361,7 +399,7 @@ def _forbidden_label(node: exp.Expression) -> str | None:
     return None
 
 
-def _describe(statement: exp.Expression) -> str:
+def _describe(statement: exp.Expr) -> str:
     """A short human label for a non-query statement, e.g. 'DROP statement'."""
     label = _forbidden_label(statement)
     if label is None and isinstance(statement, (exp.Column, exp.Identifier, exp.Literal)):

@@ -41,7 +41,7 @@ from typing import Any
 
 import charset_normalizer
 import duckdb
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from agent_core.data.demo import DEMO_CATALOG
 from agent_core.data.errors import (
@@ -92,11 +92,59 @@ _TEMPORAL_TYPES = ("DATE", "TIME", "TIMESTAMP")
 # --- models ----------------------------------------------------------------------------------
 
 
-class UploadLimits(BaseModel):
-    """Caps applied to one uploaded file."""
+# Excel's own limit on the text of one cell: a longer string was not written by a spreadsheet.
+EXCEL_MAX_CELL_CHARS = 32_767
+_MiB = 1024 * 1024
+_GiB = 1024 * _MiB
+_DEFAULT_MAX_BYTES = 50 * _MiB
 
-    max_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+
+class UploadLimits(BaseModel):
+    """Caps applied to one uploaded file.
+
+    ``max_bytes`` (BA_MAX_UPLOAD_MB) caps the file as uploaded. An .xlsx is a zip archive, so
+    that caps only its *compressed* size: a 144 KB workbook can unpack to gigabytes. Before
+    openpyxl parses anything the archive is checked against the limits below; those left unset
+    are derived from ``max_bytes``:
+
+    * ``max_uncompressed_bytes``: all members together unpack to at most 20 × ``max_bytes``,
+      and never more than 1 GiB. Real workbooks compress 5-16:1 (sheet XML is repetitive).
+    * ``max_compression_ratio``: no member over 1 MiB unpacked may be compressed better than
+      100:1 (real sheets: 5-20:1; a decompression bomb: ~1000:1).
+    * ``max_shared_strings_bytes``: openpyxl holds the whole shared-string table in memory,
+      so it may unpack to at most 10 × ``max_bytes``, and never more than 256 MiB.
+    * ``max_cell_chars``: 32,767 characters, Excel's own limit for one cell. Checked before the
+      parse on the XML text (no text run may be longer than that many characters could be
+      written as) and again on every parsed cell.
+    * ``max_cells``: the rows × columns a parse may produce over all sheets, counting the empty
+      cells openpyxl fills in for a sheet's declared dimension: ``max_bytes`` / 2 (real .xlsx
+      files need about 3 compressed bytes per cell), and at least one million.
+    """
+
+    max_bytes: int = Field(default=_DEFAULT_MAX_BYTES, gt=0)
     max_rows: int = Field(default=1_000_000, gt=0)  # per table (sheet)
+    # The three below default to values derived from max_bytes (see _derive_unpacked_limits).
+    max_uncompressed_bytes: int = Field(default=min(20 * _DEFAULT_MAX_BYTES, _GiB), gt=0)
+    max_compression_ratio: float = Field(default=100.0, gt=1)
+    max_shared_strings_bytes: int = Field(default=min(10 * _DEFAULT_MAX_BYTES, 256 * _MiB), gt=0)
+    max_cell_chars: int = Field(default=EXCEL_MAX_CELL_CHARS, gt=0)
+    max_cells: int = Field(default=max(_DEFAULT_MAX_BYTES // 2, 1_000_000), gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_unpacked_limits(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        try:
+            max_bytes = int(data.get("max_bytes") or _DEFAULT_MAX_BYTES)
+        except (TypeError, ValueError):
+            return data  # the field's own validation reports it
+        derived = {
+            "max_uncompressed_bytes": min(20 * max_bytes, _GiB),
+            "max_shared_strings_bytes": min(10 * max_bytes, 256 * _MiB),
+            "max_cells": max(max_bytes // 2, 1_000_000),
+        }
+        return {**derived, **{k: v for k, v in data.items() if v is not None}}
 
 
 class ColumnInfo(BaseModel):
@@ -114,6 +162,8 @@ class LoadedTable(BaseModel):
     columns: list[ColumnInfo]
     detected_encoding: str | None = None  # None for binary formats (xlsx, parquet)
     notes: list[str] = Field(default_factory=list)
+    # True when this platform file was loaded before (see load_upload's file_id): not reloaded.
+    already_loaded: bool = False
 
 
 class TableInfo(BaseModel):
@@ -156,7 +206,12 @@ class QueryResult(BaseModel):
 
 
 def load_upload(
-    db_path: Path, file_path: Path, original_name: str, limits: UploadLimits | None = None
+    db_path: Path,
+    file_path: Path,
+    original_name: str,
+    limits: UploadLimits | None = None,
+    *,
+    file_id: str | None = None,
 ) -> list[LoadedTable]:
     """Load one uploaded file into the workspace database at ``db_path``.
 
@@ -165,8 +220,14 @@ def load_upload(
     non-empty sheet. Uploading a file with the same ``original_name`` again replaces the tables
     it created before; other name clashes get a numeric suffix.
 
+    ``file_id`` is the platform's id of the shared file (Slack ``F…``, Feishu ``file_key``).
+    Loading the same id into the same workspace again — a retried delivery of the message that
+    shared it — loads nothing and returns the tables it created the first time, marked
+    ``already_loaded`` (unless a later upload of the same name has replaced them).
+
     Everything happens in one transaction: on any error nothing of the file is stored.
-    Raises :class:`UploadTooLarge`, :class:`UnsupportedUploadType` or :class:`MalformedUpload`.
+    Raises :class:`UploadTooLarge`, :class:`UnsupportedUploadType` or :class:`MalformedUpload`
+    — whatever is wrong with the file's content, never another exception.
     """
     limits = limits or UploadLimits()
     file_path = Path(file_path)
@@ -189,10 +250,15 @@ def load_upload(
     db_path = Path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ba-upload-") as scratch, _workspace_lock(db_path):
-        sources = _prepare_sources(file_path, original_name, suffix, Path(scratch), limits)
         try:
+            if file_id is not None and db_path.exists():
+                with duckdb.connect(str(db_path), config=DUCKDB_BASE_CONFIG) as conn:
+                    earlier = _tables_of_file(conn, file_id)
+                if earlier:
+                    return earlier
+            sources = _prepare_sources(file_path, original_name, suffix, Path(scratch), limits)
             with duckdb.connect(str(db_path), config=DUCKDB_BASE_CONFIG) as conn:
-                return _store_tables(conn, sources, original_name, limits)
+                return _store_tables(conn, sources, original_name, limits, file_id)
         except duckdb.Error as error:
             # E.g. another process holds the workspace file; the transaction was rolled back.
             raise UploadError(
@@ -215,6 +281,19 @@ def _prepare_sources(
     file_path: Path, original_name: str, suffix: str, scratch: Path, limits: UploadLimits
 ) -> list[_Source]:
     """Turn the upload into files DuckDB can read natively (UTF-8 text or Parquet)."""
+    try:
+        return _convert_upload(file_path, original_name, suffix, scratch, limits)
+    except UploadError:
+        raise
+    except Exception as error:  # noqa: BLE001 - untrusted content must fail as an UploadError
+        raise MalformedUpload(
+            f"{original_name} could not be read ({type(error).__name__})."
+        ) from error
+
+
+def _convert_upload(
+    file_path: Path, original_name: str, suffix: str, scratch: Path, limits: UploadLimits
+) -> list[_Source]:
     if suffix in _PARQUET_SUFFIXES:
         return [_Source(reader_sql="read_parquet($path)", path=str(file_path))]
     if suffix in _EXCEL_SUFFIXES:
@@ -260,18 +339,50 @@ def _decode(raw: bytes, original_name: str) -> tuple[str, str]:
 def _excel_sources(
     file_path: Path, original_name: str, scratch: Path, limits: UploadLimits
 ) -> list[_Source]:
-    """Write each non-empty sheet as a UTF-8 CSV; DuckDB then detects column types."""
+    """Write each non-empty sheet as a UTF-8 CSV; DuckDB then detects column types.
+
+    The archive is checked against the unpacked-size limits first (:func:`_check_xlsx_archive`),
+    then parsed with openpyxl in streaming (read-only) mode under a cell budget. Anything the
+    parser refuses — a corrupt zip, XML it cannot parse, a part it does not expect — is a
+    :class:`MalformedUpload` naming the file, never an uncaught error.
+    """
+    try:
+        _check_xlsx_archive(file_path, original_name, limits)
+        return _parse_workbook(file_path, original_name, scratch, limits)
+    except UploadError:
+        raise
+    except MemoryError as error:
+        raise UploadTooLarge(
+            f"{original_name} needs more memory to read than is available. Upload a smaller "
+            "extract (fewer rows or columns)."
+        ) from error
+    except Exception as error:  # noqa: BLE001 - any parser failure on untrusted input
+        # E.g. xml.etree.ElementTree.ParseError, a KeyError for a missing part, or another
+        # format renamed to .xlsx.
+        raise MalformedUpload(
+            f"{original_name} is not a readable .xlsx workbook ({type(error).__name__}). "
+            "Open it in Excel and save it again as .xlsx, or export the sheet as CSV."
+        ) from error
+
+
+def _parse_workbook(
+    file_path: Path, original_name: str, scratch: Path, limits: UploadLimits
+) -> list[_Source]:
     # Imported here: openpyxl is only needed for Excel uploads and is slow to import.
     import openpyxl
-    from openpyxl.utils.exceptions import InvalidFileException
 
-    try:
-        workbook = openpyxl.load_workbook(file_path, read_only=True, data_only=True)
-    except (InvalidFileException, zipfile.BadZipFile, KeyError, OSError, ValueError) as error:
-        # A corrupt file, or another format renamed to .xlsx.
-        raise MalformedUpload(f"{original_name} is not a readable .xlsx workbook.") from error
+    workbook = openpyxl.load_workbook(file_path, read_only=True, data_only=True)
     sources: list[_Source] = []
     try:
+        # The declared used range of every sheet, before reading any row: a read-only sheet
+        # yields that many rows and columns, filling in empty cells.
+        declared = sum(_declared_cells(sheet) for sheet in workbook.worksheets)
+        if declared > limits.max_cells:
+            raise UploadTooLarge(
+                f"{original_name} declares {declared:,} cells (rows × columns of its sheets); "
+                f"the limit is {limits.max_cells:,}. Upload a smaller extract."
+            )
+        budget = _CellBudget(limits.max_cells)
         for index, sheet in enumerate(workbook.worksheets):
             csv_path = scratch / f"sheet_{index}.csv"
             written = _sheet_to_csv(
@@ -279,6 +390,7 @@ def _excel_sources(
                 csv_path,
                 limits,
                 f"{original_name} / {sheet.title}",
+                budget,
             )
             if written:
                 sources.append(
@@ -296,20 +408,165 @@ def _excel_sources(
     return sources
 
 
+def _declared_cells(sheet: Any) -> int:
+    """Rows × columns of a read-only sheet's declared dimension (0 if it declares none)."""
+    bounds = (sheet.min_row, sheet.min_column, sheet.max_row, sheet.max_column)
+    if not all(isinstance(b, int) for b in bounds):
+        return 0
+    min_row, min_col, max_row, max_col = bounds
+    return max(max_row - min_row + 1, 0) * max(max_col - min_col + 1, 0)
+
+
+# Members of an .xlsx that openpyxl parses as XML; other members (images, binaries) are only
+# counted towards the unpacked size.
+_XML_MEMBER_SUFFIXES = (".xml", ".rels", ".vml")
+_RATIO_EXEMPT_BYTES = _MiB  # small members (styles, themes) may compress well, harmlessly
+_MAX_ARCHIVE_MEMBERS = 10_000
+_SHARED_STRINGS_TYPE = (
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"
+)
+# The most bytes one character of cell text can take in the XML: "_x000D_" (Excel's escape
+# of a control character) is 7, "&#x10FFFF;" 10.
+_MAX_XML_BYTES_PER_CHAR = 10
+
+
+def _check_xlsx_archive(file_path: Path, original_name: str, limits: UploadLimits) -> None:
+    """Refuse an .xlsx whose parse could expand far beyond its upload size, before parsing.
+
+    Checks (see :class:`UploadLimits`): the number of members; their total unpacked size (as
+    the zip directory declares it: Python's zipfile never yields more than a member's declared
+    size, so the declaration is a hard bound); each large member's compression ratio; the
+    shared-string table's unpacked size; and, streaming through each XML member in fixed-size
+    blocks, that no text run (the bytes between two ``<``) is longer than the longest cell text
+    Excel can write. The stream is read block by block, so this check itself uses bounded
+    memory.
+    """
+    try:
+        archive = zipfile.ZipFile(file_path)
+    except (zipfile.BadZipFile, OSError, ValueError) as error:
+        raise MalformedUpload(f"{original_name} is not a readable .xlsx workbook.") from error
+    with archive:
+        members = archive.infolist()
+        if len(members) > _MAX_ARCHIVE_MEMBERS:
+            raise MalformedUpload(
+                f"{original_name} is not a readable .xlsx workbook: its archive has "
+                f"{len(members):,} members."
+            )
+        unpacked = sum(member.file_size for member in members)
+        if unpacked > limits.max_uncompressed_bytes:
+            raise UploadTooLarge(
+                f"{original_name} unpacks to {_human_bytes(unpacked)} (an .xlsx is a zip "
+                f"archive); the limit is {_human_bytes(limits.max_uncompressed_bytes)}. "
+                "Upload a smaller extract (fewer rows or columns), or export it as CSV."
+            )
+        for member in members:
+            ratio = member.file_size / max(member.compress_size, 1)
+            if member.file_size > _RATIO_EXEMPT_BYTES and ratio > limits.max_compression_ratio:
+                raise UploadTooLarge(
+                    f"{original_name} was refused: its part {member.filename} unpacks "
+                    f"{ratio:,.0f} times larger than it is stored (from "
+                    f"{_human_bytes(member.compress_size)} to {_human_bytes(member.file_size)}), "
+                    f"more than the {limits.max_compression_ratio:g}:1 a real workbook "
+                    "reaches. Open it in Excel and save it again, or export it as CSV."
+                )
+        shared = _shared_strings_member(archive)
+        if shared is not None and shared.file_size > limits.max_shared_strings_bytes:
+            raise UploadTooLarge(
+                f"{original_name}: its text cells unpack to {_human_bytes(shared.file_size)}; "
+                f"the limit is {_human_bytes(limits.max_shared_strings_bytes)}. Upload a "
+                "smaller extract, or export it as CSV."
+            )
+        longest_run = limits.max_cell_chars * _MAX_XML_BYTES_PER_CHAR
+        for member in members:
+            if member.filename.lower().endswith(_XML_MEMBER_SUFFIXES):
+                if _has_text_run_over(archive, member, longest_run):
+                    raise UploadTooLarge(
+                        f"{original_name} was refused: it contains a text longer than "
+                        f"{limits.max_cell_chars:,} characters (in {member.filename}), more "
+                        "than one Excel cell can hold."
+                    )
+
+
+def _shared_strings_member(archive: zipfile.ZipFile) -> zipfile.ZipInfo | None:
+    """The shared-string table's member, found as openpyxl finds it: by its content type in
+    ``[Content_Types].xml`` (the conventional ``xl/sharedStrings.xml`` as a fallback)."""
+    import xml.etree.ElementTree as ElementTree
+
+    names = {info.filename: info for info in archive.infolist()}
+    manifest = names.get("[Content_Types].xml")
+    if manifest is not None and manifest.file_size <= _RATIO_EXEMPT_BYTES:
+        try:
+            root = ElementTree.fromstring(archive.read(manifest))
+        except (ElementTree.ParseError, zipfile.BadZipFile, ValueError, OSError):
+            root = None  # openpyxl will refuse the file with the same problem
+        if root is not None:
+            for element in root.iter():
+                if element.get("ContentType") == _SHARED_STRINGS_TYPE:
+                    found = names.get((element.get("PartName") or "").lstrip("/"))
+                    if found is not None:
+                        return found
+    return names.get("xl/sharedStrings.xml")
+
+
+def _has_text_run_over(archive: zipfile.ZipFile, member: zipfile.ZipInfo, limit: int) -> bool:
+    """Whether the member's XML has a run of more than ``2 × limit`` bytes without a ``<``.
+
+    Well-formed XML has no ``<`` inside text or attribute values, so the gaps between ``<``
+    bound the longest text node. Reading aligned blocks of ``limit + 1`` bytes, a block without
+    any ``<`` proves a run longer than ``limit``; any run of ``2 × limit + 1`` bytes or more
+    contains such a block. A C-level ``in`` test per block keeps this as fast as unzipping.
+    """
+    block_size = limit + 1
+    try:
+        with archive.open(member) as stream:
+            while block := stream.read(block_size):
+                if len(block) == block_size and b"<" not in block:
+                    return True
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
+        return False  # a damaged member: openpyxl will refuse the file with a clear message
+    return False
+
+
+class _CellBudget:
+    """Cells a parse may still produce (over all sheets of one workbook)."""
+
+    def __init__(self, cells: int) -> None:
+        self.limit = cells
+        self.left = cells
+
+
 def _sheet_to_csv(
-    rows: Iterator[Sequence[Any]], target: Path, limits: UploadLimits, label: str
+    rows: Iterator[Sequence[Any]],
+    target: Path,
+    limits: UploadLimits,
+    label: str,
+    budget: _CellBudget | None = None,
 ) -> bool:
     """Write a sheet's rows to CSV starting at its first non-empty row (the header).
 
     Returns False for a sheet without any data row. Raises :class:`UploadTooLarge` as soon as
-    the row cap is passed, so a huge sheet is never fully read.
+    the row cap, the cell budget or the cell text limit is passed, so a huge sheet is never
+    fully read.
     """
+    budget = budget or _CellBudget(limits.max_cells)
     with target.open("w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle)
         width = 0
         data_rows = -1  # the header does not count
         for row in rows:
+            # Blank rows count too (at least one cell each): a sheet may declare a million.
+            budget.left -= max(len(row), 1)
+            if budget.left < 0:
+                raise UploadTooLarge(
+                    f"{label}: the workbook has more than {budget.limit:,} cells (rows × "
+                    "columns), the upload limit. Upload a smaller extract."
+                )
             cells = [_excel_cell(value) for value in row]
+            if any(len(cell) > limits.max_cell_chars for cell in cells):
+                raise UploadTooLarge(
+                    f"{label} has a cell with more than {limits.max_cell_chars:,} characters, "
+                    "more than one Excel cell can hold."
+                )
             if not any(cells):
                 continue  # blank rows (often above the header or between blocks)
             if width == 0:
@@ -342,6 +599,7 @@ def _store_tables(
     sources: list[_Source],
     original_name: str,
     limits: UploadLimits,
+    file_id: str | None = None,
 ) -> list[LoadedTable]:
     reserved = {
         row[0]
@@ -351,10 +609,7 @@ def _store_tables(
     }
     conn.execute("BEGIN TRANSACTION")
     try:
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {_UPLOADS_TABLE} (table_name VARCHAR PRIMARY KEY, "
-            "original_name VARCHAR NOT NULL, sheet VARCHAR, loaded_at TIMESTAMP NOT NULL)"
-        )
+        _ensure_uploads_table(conn)
         replaced = [
             row[0]
             for row in conn.execute(
@@ -372,8 +627,9 @@ def _store_tables(
             taken.add(name)
             loaded.append(_load_one(conn, source, name, original_name, limits))
             conn.execute(
-                f"INSERT INTO {_UPLOADS_TABLE} VALUES (?, ?, ?, current_localtimestamp())",
-                [name, original_name, source.sheet],
+                f"INSERT INTO {_UPLOADS_TABLE} (table_name, original_name, sheet, loaded_at, "
+                "file_id) VALUES (?, ?, ?, current_localtimestamp(), ?)",
+                [name, original_name, source.sheet, file_id],
             )
         conn.execute("COMMIT")
     except BaseException:
@@ -385,6 +641,66 @@ def _store_tables(
             f"{', '.join(replaced)}."
         )
     return loaded
+
+
+def tables_of_file(db_path: Path, file_id: str) -> list[LoadedTable]:
+    """The tables platform file ``file_id`` was loaded into in this workspace (marked
+    ``already_loaded``), or ``[]``: lets a caller skip fetching a file it already loaded."""
+    db_path = Path(db_path)
+    if not db_path.exists():
+        return []
+    with _read_connection(db_path) as conn:
+        return _tables_of_file(conn, file_id)
+
+
+def _ensure_uploads_table(conn: duckdb.DuckDBPyConnection) -> None:
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {_UPLOADS_TABLE} (table_name VARCHAR PRIMARY KEY, "
+        "original_name VARCHAR NOT NULL, sheet VARCHAR, loaded_at TIMESTAMP NOT NULL, "
+        "file_id VARCHAR)"
+    )
+    # Workspaces created before file ids were recorded.
+    conn.execute(f"ALTER TABLE {_UPLOADS_TABLE} ADD COLUMN IF NOT EXISTS file_id VARCHAR")
+
+
+def _tables_of_file(conn: duckdb.DuckDBPyConnection, file_id: str) -> list[LoadedTable]:
+    """The tables an earlier load of platform file ``file_id`` created in this workspace."""
+    has_column = conn.execute(
+        "SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name = ? AND column_name = 'file_id'",
+        [_UPLOADS_TABLE],
+    ).fetchone()[0]
+    if not has_column:
+        return []
+    rows = conn.execute(
+        f"SELECT table_name, original_name, sheet FROM {_UPLOADS_TABLE} WHERE file_id = ? "
+        "ORDER BY rowid",
+        [file_id],
+    ).fetchall()
+    tables = []
+    for name, original_name, sheet in rows:
+        row_count = conn.execute(f"SELECT count(*) FROM {quote_identifier(name)}").fetchone()[0]
+        columns = [
+            ColumnInfo(name=col, type=typ)
+            for col, typ in conn.execute(
+                "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = "
+                "current_database() AND schema_name = 'main' AND table_name = ? "
+                "ORDER BY column_index",
+                [name],
+            ).fetchall()
+        ]
+        tables.append(
+            LoadedTable(
+                table_name=name,
+                source_file=original_name,
+                sheet=sheet,
+                row_count=row_count,
+                columns=columns,
+                already_loaded=True,
+                notes=["Already loaded from this file earlier in the conversation."],
+            )
+        )
+    return tables
 
 
 def _load_one(
@@ -749,4 +1065,5 @@ __all__ = [
     "quote_identifier",
     "run_duckdb_query",
     "table_name_for",
+    "tables_of_file",
 ]

@@ -65,3 +65,6 @@ class TurnObserver:
 
     async def on_tool_start(self, call: ToolUseBlock) -> None:
         """A tool is about to run."""
+
+    async def on_tool_end(self, call: ToolUseBlock, result: ToolResult) -> None:
+        """A tool finished (`result.is_error` when it failed or was refused)."""

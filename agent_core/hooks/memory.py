@@ -14,50 +14,16 @@ import asyncio
 from typing import Any
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlmodel import select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.hooks import Hook
 from agent_core.hooks.caching import EPHEMERAL
-from agent_core.memory import ConversationScope, MemoryStore
+from agent_core.memory import MemoryStore
 from agent_core.messages import StandardMessage
-from agent_core.store.tables import ThreadRow
 from agent_core.tools.base import ToolContext
+from agent_core.tools.memory_tool import conversation_scope
 
-_SCOPE = "memory.scope"
 _SECTION = "memory.section"
-
-
-async def conversation_scope(
-    sessions: async_sessionmaker[AsyncSession], ctx: ToolContext
-) -> ConversationScope | None:
-    """Where `ctx`'s conversation lives, from its thread row (None for a thread not in the
-    database, e.g. a sub-agent's); cached for the turn in ``ctx.extras``.
-
-    DM-ness and the DM's owner come from the stored thread (set when it was opened), not from
-    the message, so a user's memory can only ever load in that user's own DM.
-    """
-    if _SCOPE not in ctx.extras:
-        async with sessions() as session:
-            row = (
-                await session.exec(
-                    select(
-                        ThreadRow.platform, ThreadRow.workspace, ThreadRow.channel, ThreadRow.dm_owner
-                    ).where(ThreadRow.id == ctx.thread_id)
-                )
-            ).first()
-        scope = None
-        if row is not None:
-            platform, workspace, channel, dm_owner = row
-            scope = ConversationScope(
-                platform=platform,
-                workspace=workspace,
-                channel=channel,
-                user=dm_owner or ctx.user,
-                is_dm=dm_owner is not None,
-            )
-        ctx.extras[_SCOPE] = scope
-    return ctx.extras[_SCOPE]
 
 
 def with_memory(request: dict[str, Any], section: str) -> dict[str, Any]:

@@ -17,12 +17,12 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlmodel import select
+from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from agent_core.config import RefocusConfig
 from agent_core.context.compression import latest_request_index
 from agent_core.hooks import Hook
 from agent_core.hooks.caching import EPHEMERAL
@@ -34,13 +34,6 @@ from agent_core.tools.base import ToolContext
 log = logging.getLogger(__name__)
 
 _MARKS = {"pending": "[ ]", "in_progress": "[~]", "done": "[x]"}
-
-
-class RefocusConfig(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    every_calls: int = Field(5, ge=1)  # a reminder every this many model calls
-    max_goal_chars: int = Field(1500, ge=100)
 
 
 class RefocusHook(Hook):
@@ -129,7 +122,7 @@ async def mark_idle_threads(
         rows = (
             await session.exec(
                 select(ThreadRow.id, ThreadRow.state, ThreadRow.updated_at).where(
-                    ThreadRow.archived_at.is_(None),
+                    col(ThreadRow.archived_at).is_(None),
                     ThreadRow.updated_at < newest,
                     ThreadRow.updated_at >= newest - lookback,
                 )
@@ -143,7 +136,7 @@ async def mark_idle_threads(
             state.refocus.idle_resume = True
             result = await session.exec(
                 update(ThreadRow)
-                .where(ThreadRow.id == thread_id, ThreadRow.updated_at == updated_at)
+                .where(col(ThreadRow.id) == thread_id, col(ThreadRow.updated_at) == updated_at)
                 .values(state=state.model_dump_json())
             )
             flagged += result.rowcount

@@ -55,8 +55,11 @@ _FRONTMATTER_END = re.compile(r"^---[ \t]*$", re.MULTILINE)
 
 
 def bundled_skills_dir() -> Path:
-    """The repository's ``skills/`` folder (the skills shipped with the product)."""
-    return Path(__file__).resolve().parents[2] / "skills"
+    """The ``skills`` package's folder: the skills shipped with the product, found the same
+    way from a checkout and from an installed wheel."""
+    import skills
+
+    return Path(skills.__file__).resolve().parent
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,8 +9,7 @@ from functools import partial
 from pathlib import Path
 
 import aiosqlite
-
-from sqlalchemy import event, insert
+from sqlalchemy import Table, event, insert
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel import SQLModel
@@ -98,10 +97,15 @@ def create_engine(url: str) -> AsyncEngine:
 
         # One connection per process: SQLite has one writer at a time anyway; coroutines queue
         # for it in the pool instead of in SQLite's lock-retry sleeps.
-        engine = create_async_engine(normalised, pool_size=1, max_overflow=0, async_creator=connect)
+        engine = create_async_engine(
+            normalised, pool_size=1, max_overflow=0, async_creator=connect, hide_parameters=True
+        )
         event.listen(engine.sync_engine, "connect", sqlite_pragmas)
         return engine
-    return create_async_engine(normalised, pool_size=10, max_overflow=10, pool_pre_ping=True)
+    # hide_parameters: a failed statement's error must not carry message text into the logs.
+    return create_async_engine(
+        normalised, pool_size=10, max_overflow=10, pool_pre_ping=True, hide_parameters=True
+    )
 
 
 async def insert_rows(session: AsyncSession, *rows: SQLModel) -> None:
@@ -111,8 +115,14 @@ async def insert_rows(session: AsyncSession, *rows: SQLModel) -> None:
     other process's writes — the acknowledgement of an inbound event among them — wait for it:
     writes keep that stretch to the statements themselves.
     """
-    table = type(rows[0]).__table__
+    table = table_of(type(rows[0]))
     await session.exec(insert(table), params=[row.model_dump() for row in rows])
+
+
+def table_of(model: type[SQLModel]) -> Table:
+    """The Core `Table` of a ``table=True`` model."""
+    # SQLModel's metaclass sets `__table__` on table models, but SQLModel does not declare it.
+    return model.__table__  # type: ignore[attr-defined]
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

@@ -11,7 +11,6 @@ from agent_core.messages import new_id, utcnow
 from agent_core.store.types import utc_column
 
 
-
 class ThreadRow(SQLModel, table=True):
     """A conversation. At most one live (not archived) conversation per thread key."""
 

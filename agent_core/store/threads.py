@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 from sqlalchemy import bindparam, func, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlmodel import select
+from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.messages import (
@@ -28,13 +28,13 @@ from agent_core.messages import (
     utcnow,
 )
 from agent_core.request import append_api_message
-from agent_core.store.db import insert_rows
-from agent_core.store.schema import upgrade_blocks
 from agent_core.state import ThreadState
+from agent_core.store.db import insert_rows, table_of
+from agent_core.store.schema import upgrade_blocks
 from agent_core.store.tables import MessageRow, ThreadRow
 
 _BLOCKS = TypeAdapter(list[ContentBlock])
-_THREADS = ThreadRow.__table__
+_THREADS = table_of(ThreadRow)
 # Core, not ORM: compiled once (see `insert_rows` for why writes stay lean).
 _TOUCH_THREAD = (
     update(_THREADS).where(_THREADS.c.id == bindparam("thread_id")).values(updated_at=bindparam("now"))
@@ -108,7 +108,7 @@ class ThreadStore:
         async with self._sessions() as session:
             await session.exec(
                 update(ThreadRow)
-                .where(ThreadRow.key == str(key), ThreadRow.archived_at.is_(None))
+                .where(col(ThreadRow.key) == str(key), col(ThreadRow.archived_at).is_(None))
                 .values(archived_at=utcnow())
             )
             await session.commit()
@@ -122,7 +122,7 @@ class ThreadStore:
     async def save_state(self, thread_id: str, state: ThreadState) -> None:
         async with self._sessions() as session:
             await session.exec(
-                update(ThreadRow).where(ThreadRow.id == thread_id).values(state=state.model_dump_json())
+                update(ThreadRow).where(col(ThreadRow.id) == thread_id).values(state=state.model_dump_json())
             )
             await session.commit()
 
@@ -200,7 +200,7 @@ class ThreadStore:
                 await session.exec(
                     select(MessageRow)
                     .where(MessageRow.thread_id == thread_id, MessageRow.seq > cached.last_seq)
-                    .order_by(MessageRow.seq)
+                    .order_by(col(MessageRow.seq))
                 )
             ).all()
         for row in rows:
@@ -215,7 +215,7 @@ class ThreadStore:
     @staticmethod
     async def _live_thread_id(session: AsyncSession, key: ThreadKey) -> str | None:
         result = await session.exec(
-            select(ThreadRow.id).where(ThreadRow.key == str(key), ThreadRow.archived_at.is_(None))
+            select(ThreadRow.id).where(ThreadRow.key == str(key), col(ThreadRow.archived_at).is_(None))
         )
         return result.first()
 

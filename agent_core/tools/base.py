@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -128,8 +128,14 @@ class ToolResult(BaseModel):
     evicted: bool = False  # the observation was replaced by a head+tail preview
 
 
-class Tool(ABC):
+InputT = TypeVar("InputT", bound=BaseModel)
+
+
+class Tool(ABC, Generic[InputT]):
     """A tool: a name, a description for the model, an input model, and `run`.
+
+    A tool is parameterized by its input model (``class SqlQueryTool(Tool[SqlQueryInput])``)
+    so ``run`` receives exactly the validated ``Input`` instance.
 
     Class-level declarations the pipeline acts on:
     ``timeout_s`` per attempt; ``default_output_level`` (None: the global default);
@@ -138,8 +144,12 @@ class Tool(ABC):
     """
 
     name: ClassVar[str]
-    description: ClassVar[str]
-    Input: ClassVar[type[BaseModel]]
+    # Usually set on the class; not a ClassVar so that a tool built from configuration (`task`)
+    # may set its own on the instance.
+    description: str
+    # Not a ClassVar because a ClassVar may not mention a type variable (and `task` builds its
+    # model per instance); most tools set it on the class: ``Input = SqlQueryInput``.
+    Input: type[InputT]
     timeout_s: ClassVar[float] = 60.0
     default_output_level: ClassVar[OutputLevel | None] = None
     idempotent: ClassVar[bool] = False
@@ -147,7 +157,7 @@ class Tool(ABC):
     retry: ClassVar[RetryPolicy] = RetryPolicy()
 
     @abstractmethod
-    async def run(self, args: BaseModel, ctx: ToolContext) -> Any:
+    async def run(self, args: InputT, ctx: ToolContext) -> Any:
         """Do the work and return raw data (str, pydantic model, table, JSON-able value)."""
 
     def spec(self, global_default: OutputLevel = OutputLevel.STANDARD) -> dict[str, Any]:
@@ -189,21 +199,21 @@ class ToolRegistry:
 
     def __init__(
         self,
-        tools: list[Tool] | None = None,
+        tools: list[Tool[Any]] | None = None,
         config: ToolPipelineConfig | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config or ToolPipelineConfig()
         self._clock = clock
-        self._tools: dict[str, Tool] = {}
+        self._tools: dict[str, Tool[Any]] = {}
         self._specs: list[dict[str, Any]] | None = None
         self._breakers: dict[str, CircuitBreaker] = {}
         self._files = DataFileStore(self.config.max_data_file_bytes)
         for tool in tools or []:
             self.register(tool)
 
-    def register(self, tool: Tool) -> None:
+    def register(self, tool: Tool[Any]) -> None:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} registered twice")
         if OUTPUT_LEVEL_FIELD in tool.Input.model_fields:
@@ -214,7 +224,7 @@ class ToolRegistry:
             self.config.breaker_failures, self.config.breaker_cooldown_s, self._clock
         )
 
-    def get(self, name: str) -> Tool | None:
+    def get(self, name: str) -> Tool[Any] | None:
         return self._tools.get(name)
 
     @property
@@ -268,29 +278,28 @@ class ToolRegistry:
             return _failure(call, error, started)
         try:
             args, requested_level = self._parse_input(tool, call)
-        except ToolError as error:
-            return _failure(call, error, started)
+        except ToolError as invalid:
+            return _failure(call, invalid, started)
 
         breaker = self._breakers[tool.name]
         admission = breaker.acquire()
         if not admission.allowed:
             wait = max(math.ceil(admission.retry_after_s or 0.0), 1)
-            error = ToolError(
+            disabled = ToolError(
                 f"{tool.name} is temporarily disabled after repeated failures. Try it again in "
                 f"{wait} s, or continue without it.",
                 ErrorType.RESOURCE_ERROR,
                 code="TOOL_DISABLED",
                 retry_after_s=wait,
             )
-            return _failure(call, error, started)
+            return _failure(call, disabled, started)
         healthy: bool | None = None  # None if we are cancelled: the call proves nothing
         try:
             raw, retries = await self._run_with_retries(tool, args, ctx)
             healthy = True
         except _CallFailed as failed:
-            error = failed.error
-            healthy = error.error_type not in _HEALTH_FAILURES and error.code != _CRASHED
-            return _failure(call, error, started, failed.retries)
+            healthy = failed.error.error_type not in _HEALTH_FAILURES and failed.error.code != _CRASHED
+            return _failure(call, failed.error, started, failed.retries)
         finally:
             breaker.record(admission, healthy)
 
@@ -298,12 +307,12 @@ class ToolRegistry:
             return await self._present(call, tool, raw, ctx, requested_level, started, retries)
         except Exception as exc:  # a formatting bug must not end the conversation
             log.exception("tool %s: result of %s could not be presented", tool.name, call.id)
-            error = ToolError(
+            unreadable = ToolError(
                 f"the result could not be read ({type(exc).__name__})", code="UNREADABLE_RESULT"
             )
-            return _failure(call, error, started, retries)
+            return _failure(call, unreadable, started, retries)
 
-    def _parse_input(self, tool: Tool, call: ToolUseBlock) -> tuple[BaseModel, OutputLevel | None]:
+    def _parse_input(self, tool: Tool[Any], call: ToolUseBlock) -> tuple[BaseModel, OutputLevel | None]:
         size = len(json.dumps(call.input, ensure_ascii=False, default=str).encode())
         if size > self.config.max_input_bytes:
             raise ToolError(
@@ -326,7 +335,7 @@ class ToolRegistry:
                 _validation_message(exc), ErrorType.INVALID_PARAMETERS, code="INVALID_INPUT"
             ) from None
 
-    async def _run_with_retries(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> tuple[Any, int]:
+    async def _run_with_retries(self, tool: Tool[Any], args: BaseModel, ctx: ToolContext) -> tuple[Any, int]:
         """The tool's raw data and the retries it took; raises `_CallFailed`."""
         policy = tool.retry
         retries = 0
@@ -351,7 +360,7 @@ class ToolRegistry:
     async def _present(
         self,
         call: ToolUseBlock,
-        tool: Tool,
+        tool: Tool[Any],
         raw: Any,
         ctx: ToolContext,
         requested: OutputLevel | None,

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from agent_core.config import AgentConfig
 from agent_core.data.demo import DEMO_DESCRIPTION, ensure_demo_database
-from agent_core.data.sources import DataSourceConfig
 from agent_core.tools.analytics_tools import AttributeChangeTool, DetectAnomaliesTool
 from agent_core.tools.base import Tool, ToolContext
 from agent_core.tools.charts import MakeChartTool
@@ -16,16 +13,14 @@ from agent_core.tools.reports import GenerateReportTool
 from agent_core.tools.sql import SqlQueryTool, demo_database
 
 
-def default_tools(
-    config: AgentConfig, datasources: Mapping[str, DataSourceConfig] | None = None
-) -> list[Tool]:
+def default_tools(config: AgentConfig) -> list[Tool]:
     """Tools every conversation gets. Builds the demo database if it is missing.
 
-    ``datasources`` are the operator-configured databases (``BA_DATASOURCES``); each tool
-    enforces their channel/user allowlists per conversation.
+    ``config.datasources`` are the operator-configured databases (``BA_DATASOURCES``); each
+    tool enforces their channel/user allowlists per conversation.
     """
     ensure_demo_database(demo_database(ToolContext(thread_id="-", data_dir=config.data_dir)))
-    sources = dict(datasources or {})
+    sources = config.datasources
     return [
         SqlQueryTool(sources),
         ListTablesTool(sources),
@@ -38,9 +33,7 @@ def default_tools(
     ]
 
 
-def tools_prompt_section(
-    _config: AgentConfig, datasources: Mapping[str, DataSourceConfig] | None = None
-) -> str:
+def tools_prompt_section(config: AgentConfig) -> str:
     """What data and tools exist, for the system prompt.
 
     Stable text only: it is part of the cached prompt prefix, so no dates, counts or
@@ -55,7 +48,7 @@ def tools_prompt_section(
         "(query them by plain name); list_tables shows them with the file each came from, and "
         "describe_table shows columns, value ranges and sample rows.",
     ]
-    if datasources:
+    if config.datasources:
         lines.append(
             "Company databases may also be available, depending on the channel and user: "
             "list_tables names the ones open here; query them with sql_query(source=...) in "

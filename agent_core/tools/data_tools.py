@@ -23,8 +23,8 @@ from sqlglot import exp
 
 from agent_core.data.demo import DEMO_CATALOG
 from agent_core.data.errors import DataError, TableNotFound
+from agent_core.data.source_config import DataSourceConfig
 from agent_core.data.sources import (
-    DataSourceConfig,
     SourceTableDescription,
     describe_source_table,
     list_source_tables,
@@ -127,7 +127,7 @@ class ListTablesInput(BaseModel):
     )
 
 
-class ListTablesTool(Tool):
+class ListTablesTool(Tool[ListTablesInput]):
     name = "list_tables"
     description = (
         "List the tables you can query: tables from files uploaded in this conversation (query "
@@ -144,7 +144,7 @@ class ListTablesTool(Tool):
     def __init__(self, datasources: Mapping[str, DataSourceConfig] | None = None) -> None:
         self._datasources = dict(datasources or {})
 
-    async def run(self, args: ListTablesInput, ctx: ToolContext) -> Any:  # type: ignore[override]
+    async def run(self, args: ListTablesInput, ctx: ToolContext) -> Any:
         if args.source is not None:
             cfg = allowed_source(self._datasources, args.source, ctx)
             return await _list_source(cfg, args.schema_name)
@@ -197,7 +197,7 @@ class DescribeTableInput(BaseModel):
     )
 
 
-class DescribeTableTool(Tool):
+class DescribeTableTool(Tool[DescribeTableInput]):
     name = "describe_table"
     description = (
         "Describe one table before querying it: column names and types, row count, share of "
@@ -218,7 +218,7 @@ class DescribeTableTool(Tool):
         self._datasources = dict(datasources or {})
         self._query_timeout_s = query_timeout_s
 
-    async def run(self, args: DescribeTableInput, ctx: ToolContext) -> Any:  # type: ignore[override]
+    async def run(self, args: DescribeTableInput, ctx: ToolContext) -> Any:
         name = args.table.strip()
         if ":" in name:
             source, _, rest = name.partition(":")

@@ -111,7 +111,7 @@ class LsInput(BaseModel):
     )
 
 
-class LsTool(Tool):
+class LsTool(Tool[LsInput]):
     name = "ls"
     description = (
         "List a folder of this conversation's workspace: /uploads (files the user shared), "
@@ -124,7 +124,7 @@ class LsTool(Tool):
     idempotent = True
     concurrency_safe = True
 
-    async def run(self, args: LsInput, ctx: ToolContext) -> Any:  # type: ignore[override]
+    async def run(self, args: LsInput, ctx: ToolContext) -> Any:
         workspace = conversation_workspace(ctx)
         with workspace_errors():
             entries = await workspace.ls(args.path)
@@ -153,7 +153,7 @@ class ReadFileInput(BaseModel):
     )
 
 
-class ReadFileTool(Tool):
+class ReadFileTool(Tool[ReadFileInput]):
     name = "read_file"
     description = (
         "Read a text file (CSV, JSON, Markdown, …) from the workspace, with line numbers, one "
@@ -167,7 +167,7 @@ class ReadFileTool(Tool):
     idempotent = True
     concurrency_safe = True
 
-    async def run(self, args: ReadFileInput, ctx: ToolContext) -> Any:  # type: ignore[override]
+    async def run(self, args: ReadFileInput, ctx: ToolContext) -> Any:
         with workspace_errors():
             return await conversation_workspace(ctx).read(args.path, args.offset, args.limit)
 
@@ -191,7 +191,7 @@ class WriteFileInput(BaseModel):
     )
 
 
-class WriteFileTool(Tool):
+class WriteFileTool(Tool[WriteFileInput]):
     name = "write_file"
     description = (
         "Create a text file in the workspace (/data, /charts or /reports), e.g. a CSV of "
@@ -201,7 +201,7 @@ class WriteFileTool(Tool):
     Input = WriteFileInput
     timeout_s = 30.0
 
-    async def run(self, args: WriteFileInput, ctx: ToolContext) -> Any:  # type: ignore[override]
+    async def run(self, args: WriteFileInput, ctx: ToolContext) -> Any:
         _ensure_writable(args.path)
         with workspace_errors():
             return await conversation_workspace(ctx).write(
@@ -226,7 +226,7 @@ class EditFileInput(BaseModel):
     replace_all: bool = Field(False, description="Replace every occurrence of old_text.")
 
 
-class EditFileTool(Tool):
+class EditFileTool(Tool[EditFileInput]):
     name = "edit_file"
     description = (
         "Change a text file in the workspace by replacing an exact piece of text (read the file "
@@ -235,7 +235,7 @@ class EditFileTool(Tool):
     Input = EditFileInput
     timeout_s = 30.0
 
-    async def run(self, args: EditFileInput, ctx: ToolContext) -> Any:  # type: ignore[override]
+    async def run(self, args: EditFileInput, ctx: ToolContext) -> Any:
         _ensure_writable(args.path)
         with workspace_errors():
             return await conversation_workspace(ctx).edit(
@@ -263,7 +263,7 @@ class GrepInput(BaseModel):
     ignore_case: bool = Field(False, description="Match regardless of upper/lower case.")
 
 
-class GrepTool(Tool):
+class GrepTool(Tool[GrepInput]):
     name = "grep"
     description = (
         "Find lines containing a piece of text in the workspace's text files; returns path, "
@@ -275,7 +275,7 @@ class GrepTool(Tool):
     idempotent = True
     concurrency_safe = True
 
-    async def run(self, args: GrepInput, ctx: ToolContext) -> Any:  # type: ignore[override]
+    async def run(self, args: GrepInput, ctx: ToolContext) -> Any:
         workspace = conversation_workspace(ctx)
         with workspace_errors():
             matches = await workspace.grep(
@@ -310,7 +310,7 @@ class GlobInput(BaseModel):
     path: str = Field("/", max_length=1024, description=f"Folder to search in. {_PATH_HELP}.")
 
 
-class GlobTool(Tool):
+class GlobTool(Tool[GlobInput]):
     name = "glob"
     description = "Find workspace files by name pattern (e.g. '**/*.csv'), sorted by path."
     Input = GlobInput
@@ -319,7 +319,7 @@ class GlobTool(Tool):
     idempotent = True
     concurrency_safe = True
 
-    async def run(self, args: GlobInput, ctx: ToolContext) -> Any:  # type: ignore[override]
+    async def run(self, args: GlobInput, ctx: ToolContext) -> Any:
         workspace = conversation_workspace(ctx)
         with workspace_errors():
             files = await workspace.glob(args.pattern, args.path)

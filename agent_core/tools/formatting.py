@@ -402,7 +402,7 @@ class _Renderer:
         if table.total_rows == 1 and table.rows:
             values = ", ".join(
                 f"{column} = {_cell(value, self.s.cell_chars)}"
-                for column, value in zip(table.columns[: self.s.brief_fields], table.rows[0])
+                for column, value in zip(table.columns[: self.s.brief_fields], table.rows[0], strict=False)
             )
             more = len(table.columns) - self.s.brief_fields
             return f"Found 1 row: {values}" + (
@@ -444,7 +444,7 @@ class _Renderer:
     def _column_list(self, table: Table) -> str:
         names = table.columns[: self.s.brief_fields]
         if table.column_types:
-            names = [f"{name} ({kind})" for name, kind in zip(names, table.column_types)]
+            names = [f"{name} ({kind})" for name, kind in zip(names, table.column_types, strict=False)]
         more = len(table.columns) - len(names)
         return ", ".join(names) + (f", … and {more} more" if more > 0 else "")
 

@@ -7,11 +7,47 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlmodel import select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from agent_core.hooks.memory import conversation_scope
-from agent_core.memory import MemoryFull, MemoryScopeName, MemoryStore
+from agent_core.memory import ConversationScope, MemoryFull, MemoryScopeName, MemoryStore
+from agent_core.store.tables import ThreadRow
 from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
+
+_SCOPE = "memory.scope"
+
+
+async def conversation_scope(
+    sessions: async_sessionmaker[AsyncSession], ctx: ToolContext
+) -> ConversationScope | None:
+    """Where `ctx`'s conversation lives, from its thread row (None for a thread not in the
+    database, e.g. a sub-agent's); cached for the turn in ``ctx.extras``.
+
+    DM-ness and the DM's owner come from the stored thread (set when it was opened), not from
+    the message, so a user's memory can only ever load in that user's own DM.
+    """
+    if _SCOPE not in ctx.extras:
+        async with sessions() as session:
+            row = (
+                await session.exec(
+                    select(
+                        ThreadRow.platform, ThreadRow.workspace, ThreadRow.channel, ThreadRow.dm_owner
+                    ).where(ThreadRow.id == ctx.thread_id)
+                )
+            ).first()
+        scope = None
+        if row is not None:
+            platform, workspace, channel, dm_owner = row
+            scope = ConversationScope(
+                platform=platform,
+                workspace=workspace,
+                channel=channel,
+                user=dm_owner or ctx.user,
+                is_dm=dm_owner is not None,
+            )
+        ctx.extras[_SCOPE] = scope
+    return ctx.extras[_SCOPE]
+
 
 
 class MemoryInput(BaseModel):
@@ -29,7 +65,7 @@ class MemoryInput(BaseModel):
     )
 
 
-class MemoryTool(Tool):
+class MemoryTool(Tool[MemoryInput]):
     name = "memory"
     description = (
         "Remember a durable fact for future conversations when a user states one: a metric "
@@ -43,7 +79,7 @@ class MemoryTool(Tool):
         self._store = store
         self._sessions = sessions
 
-    async def run(self, args: MemoryInput, ctx: ToolContext) -> str:  # type: ignore[override]
+    async def run(self, args: MemoryInput, ctx: ToolContext) -> str:
         scope = await conversation_scope(self._sessions, ctx)
         if scope is None:
             raise ToolError("memory is not available in this conversation", ErrorType.PERMISSION_DENIED)

@@ -210,7 +210,7 @@ class ReportResult(BaseModel):
 # --- tool ------------------------------------------------------------------------------------
 
 
-class GenerateReportTool(Tool):
+class GenerateReportTool(Tool[GenerateReportInput]):
     name = "generate_report"
     description = (
         "Write a business report as a Markdown file (title, executive summary, key-figure "
@@ -223,7 +223,7 @@ class GenerateReportTool(Tool):
     Input = GenerateReportInput
     timeout_s = 120.0
 
-    async def run(self, args: GenerateReportInput, ctx: ToolContext) -> Any:  # type: ignore[override]
+    async def run(self, args: GenerateReportInput, ctx: ToolContext) -> Any:
         words = _HEADINGS[args.language]
         today = date.today()
         workspace = conversation_workspace(ctx)

@@ -13,7 +13,7 @@ class ActivateSkillInput(BaseModel):
     name: str = Field(..., max_length=64, description="Name of the skill, as listed under Skills.")
 
 
-class ActivateSkillTool(Tool):
+class ActivateSkillTool(Tool[ActivateSkillInput]):
     name = "activate_skill"
     description = (
         "Load a skill's full instructions before doing the kind of work it covers. The result "
@@ -25,7 +25,7 @@ class ActivateSkillTool(Tool):
     def __init__(self, catalog: SkillCatalog) -> None:
         self._catalog = catalog
 
-    async def run(self, args: ActivateSkillInput, ctx: ToolContext) -> str:  # type: ignore[override]
+    async def run(self, args: ActivateSkillInput, ctx: ToolContext) -> str:
         try:
             return ctx.state.skills.activate(self._catalog, args.name).render()
         except SkillNotFound as exc:
@@ -38,12 +38,12 @@ class FinishSkillInput(BaseModel):
     name: str | None = Field(None, description="The skill to finish; defaults to the innermost active one.")
 
 
-class FinishSkillTool(Tool):
+class FinishSkillTool(Tool[FinishSkillInput]):
     name = "finish_skill"
     description = "Finish the active skill (the innermost one) when its work is done."
     Input = FinishSkillInput
 
-    async def run(self, args: FinishSkillInput, ctx: ToolContext) -> str:  # type: ignore[override]
+    async def run(self, args: FinishSkillInput, ctx: ToolContext) -> str:
         try:
             frame = ctx.state.skills.pop(args.name)
         except SkillStackError as exc:
@@ -60,7 +60,7 @@ class ReadSkillFileInput(BaseModel):
     )
 
 
-class ReadSkillFileTool(Tool):
+class ReadSkillFileTool(Tool[ReadSkillFileInput]):
     name = "read_skill_file"
     description = "Read a reference, asset or script file that belongs to a skill."
     Input = ReadSkillFileInput
@@ -68,7 +68,7 @@ class ReadSkillFileTool(Tool):
     def __init__(self, catalog: SkillCatalog) -> None:
         self._catalog = catalog
 
-    async def run(self, args: ReadSkillFileInput, ctx: ToolContext) -> str:  # type: ignore[override]
+    async def run(self, args: ReadSkillFileInput, ctx: ToolContext) -> str:
         try:
             return self._catalog.read_uri(args.path)
         except (SkillNotFound, ValueError) as exc:

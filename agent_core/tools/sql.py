@@ -24,7 +24,9 @@ from agent_core.data.errors import (
     TableNotFound,
     UnsafeSQLError,
 )
-from agent_core.data.sources import DataSourceConfig, is_allowed, query_source
+from agent_core.data.result_cap import cap_rows
+from agent_core.data.source_config import DataSourceConfig, is_allowed
+from agent_core.data.sources import query_source
 from agent_core.data.uploads import QueryResult, run_duckdb_query
 from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
 from agent_core.workspace.local import thread_dir_name
@@ -77,7 +79,7 @@ async def query_conversation_data(
     Raises ToolError (see :func:`data_errors`).
     """
     with data_errors():
-        return await asyncio.to_thread(
+        result = await asyncio.to_thread(
             run_duckdb_query,
             conversation_database(ctx),
             sql,
@@ -86,6 +88,19 @@ async def query_conversation_data(
             byte_cap=byte_cap,
             timeout_s=timeout_s,
         )
+    return capped_result(result, byte_cap)
+
+
+def capped_result(result: QueryResult, byte_cap: int) -> QueryResult:
+    """``result`` bounded to ``byte_cap`` characters of values, its first row included.
+
+    The executors already bound what they fetch; this makes the bound hold for whatever reaches
+    the model (a first row larger than the cap is cut, with a note in each cut value).
+    """
+    rows, cut = cap_rows(result.rows, byte_cap)
+    if not cut:
+        return result
+    return result.model_copy(update={"rows": rows, "row_count": len(rows), "truncated": True})
 
 
 def allowed_source(
@@ -171,7 +186,7 @@ class SqlQueryTool(Tool):
         self._byte_cap = byte_cap
         self._query_timeout_s = query_timeout_s
 
-    async def run(self, args: SqlQueryInput, ctx: ToolContext) -> Any:  # type: ignore[override]
+    async def run(self, args: SqlQueryInput, ctx: ToolContext) -> Any:
         if args.source is None:
             return await query_conversation_data(
                 ctx,
@@ -183,7 +198,7 @@ class SqlQueryTool(Tool):
         cfg = allowed_source(self._datasources, args.source, ctx)
         with data_errors():
             # The source's own row cap and statement timeout still apply if they are smaller.
-            return await asyncio.to_thread(
+            result = await asyncio.to_thread(
                 query_source,
                 cfg,
                 args.sql,
@@ -191,3 +206,4 @@ class SqlQueryTool(Tool):
                 timeout_s=self._query_timeout_s,
                 byte_cap=self._byte_cap,
             )
+        return capped_result(result, self._byte_cap)

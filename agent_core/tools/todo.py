@@ -24,7 +24,7 @@ class TodoInput(BaseModel):
     )
 
 
-class TodoTool(Tool):
+class TodoTool(Tool[TodoInput]):
     name = "todo"
     description = (
         "Plan and track a multi-step analysis: write the list of steps, then update statuses "
@@ -32,7 +32,7 @@ class TodoTool(Tool):
     )
     Input = TodoInput
 
-    async def run(self, args: TodoInput, ctx: ToolContext) -> str:  # type: ignore[override]
+    async def run(self, args: TodoInput, ctx: ToolContext) -> str:
         ctx.state.todos = [Todo(id=i + 1, content=t.content, status=t.status) for i, t in enumerate(args.todos)]
         marks = {"pending": "[ ]", "in_progress": "[~]", "done": "[x]"}
         return "\n".join(f"{marks[t.status]} {t.id}. {t.content}" for t in ctx.state.todos) or "(no todos)"

@@ -103,6 +103,7 @@ class FakeFeishu:
         self.cards: dict[str, FakeCard] = {}
         self.uploads: dict[str, bytes] = {}  # image_key / file_key → bytes
         self.resources: dict[tuple[str, str], tuple[str, bytes, str, str]] = {}
+        self.stored_messages: dict[str, tuple[str, dict[str, Any]]] = {}  # id → (msg_type, content)
         # long connection
         self.ws_connections = 0
         self.ws_acks: list[dict[str, Any]] = []
@@ -197,6 +198,10 @@ class FakeFeishu:
         """Serve `data` at im/v1/messages/{message_id}/resources/{file_key}?type={kind}."""
         self.resources[(message_id, file_key)] = (kind, data, content_type, filename)
 
+    def add_message(self, message_id: str, msg_type: str, content: dict[str, Any]) -> None:
+        """A message users posted earlier, readable at GET im/v1/messages/{message_id}."""
+        self.stored_messages[message_id] = (msg_type, content)
+
     def calls_to(self, route: str) -> list[Call]:
         with self._lock:
             return [c for c in self.calls if c.route == route]
@@ -251,6 +256,7 @@ class FakeFeishu:
             "/open-apis/im/v1/messages/{message_id}/reactions/{reaction_id}", self._delete_reaction
         )
         r.add_get("/open-apis/im/v1/messages/{message_id}/resources/{file_key}", self._resource)
+        r.add_get("/open-apis/im/v1/messages/{message_id}", self._get_message)
         r.add_post("/open-apis/im/v1/images", self._upload_image)
         r.add_post("/open-apis/im/v1/files", self._upload_file)
         r.add_post("/open-apis/cardkit/v1/cards", self._create_card)
@@ -421,6 +427,17 @@ class FakeFeishu:
         return web.json_response(
             {"code": 0, "msg": "success", "data": {"reaction_id": reaction_id}}
         )
+
+    async def _get_message(self, request: web.Request) -> web.Response:
+        _, error = await self._begin(request, "message.get")
+        if error:
+            return error
+        message_id = request.match_info["message_id"]
+        if message_id not in self.stored_messages:
+            return web.json_response({"code": 230001, "msg": "message not found"}, status=400)
+        msg_type, content = self.stored_messages[message_id]
+        item = {"message_id": message_id, "msg_type": msg_type, "body": {"content": json.dumps(content)}}
+        return web.json_response({"code": 0, "msg": "success", "data": {"items": [item]}})
 
     async def _resource(self, request: web.Request) -> web.StreamResponse:
         _, error = await self._begin(request, "resource.get")

@@ -44,6 +44,7 @@ def message_event(
     chat_id: str = "oc_group",
     message_id: str | None = None,
     root_id: str | None = None,
+    parent_id: str | None = None,
     thread_id: str | None = None,
     mentions: list[dict[str, Any]] | None = None,
     sender_open_id: str = USER_OPEN_ID,
@@ -67,7 +68,8 @@ def message_event(
     }
     if root_id:
         message["root_id"] = root_id
-        message["parent_id"] = root_id
+    if root_id or parent_id:
+        message["parent_id"] = parent_id or root_id
     if thread_id:
         message["thread_id"] = thread_id
     if mentions:

@@ -1,0 +1,211 @@
+"""The product as shipped: the wheel, installed non-editable into its own virtualenv, runs every
+command the README documents from a directory that is not the checkout.
+
+The wheel is built once per session from this checkout. Its dependencies come from the test
+virtualenv through a `.pth` path entry (site-packages of the test venv is added as a plain path,
+so its editable-install hooks, which would point back at the checkout, never run): what is
+tested is our code exactly as the wheel ships it, without downloading the dependencies again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
+from tests.serve_process import free_port, get_json, wait_healthy, wait_workers_ready
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED_SKILLS = ("anomaly-detection", "attribution", "report-generation", "visualization")
+
+
+@dataclass
+class Installed:
+    venv: Path
+    home: Path  # a working directory outside the checkout
+
+    @property
+    def ba_agent(self) -> str:
+        return str(self.venv / "bin" / "ba-agent")
+
+    @property
+    def python(self) -> str:
+        return str(self.venv / "bin" / "python")
+
+    def env(self, **extra: str) -> dict[str, str]:
+        keep = {
+            k: v for k, v in os.environ.items()
+            if not k.startswith(("BA_", "SLACK_", "FEISHU_", "ANTHROPIC_", "DATABASE_URL", "PYTHON"))
+        }  # fmt: skip
+        return {**keep, "BA_DATA_DIR": str(self.home / "data"), **extra}
+
+    def run(self, *args: str, stdin: str | None = None, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.ba_agent, *args], cwd=self.home, env=self.env(**env), input=stdin,
+            capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    base = tmp_path_factory.mktemp("release")
+    # Built from a copy: setuptools writes build/ beside the sources, and a stale build/ must
+    # not leak into the wheel (nor the build into the checkout).
+    source = base / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "data", "__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis", "tests", "bench"))
+    dist = base / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(dist), str(source)],
+        check=True, cwd=base, timeout=300,
+    )  # fmt: skip
+    [wheel] = dist.glob("ba_agent_gateway-*.whl")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    target = Path(
+        subprocess.check_output(
+            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True
+        ).strip()
+    )
+    (target / "test-dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+         "--target", str(target), str(wheel)],
+        check=True, timeout=300,
+    )  # fmt: skip
+    _console_script(venv)
+    home = base / "home"
+    home.mkdir()
+    yield Installed(venv, home)
+
+
+def _console_script(venv: Path) -> None:
+    """`pip install --target` installs no entry points: write the one the wheel declares."""
+    script = venv / "bin" / "ba-agent"
+    script.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom gateway.cli import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+
+
+def test_the_installed_code_is_the_wheel_not_the_checkout(installed: Installed) -> None:
+    code = "import gateway, agent_core, adapters, skills; print(gateway.__file__, skills.__file__)"
+    out = subprocess.run([installed.python, "-c", code], cwd=installed.home, env=installed.env(),
+                         capture_output=True, text=True, check=True).stdout
+    assert str(installed.venv) in out and str(ROOT) not in out
+
+
+def test_skills_list_shows_the_bundled_skills(installed: Installed) -> None:
+    result = installed.run("skills", "list")
+    assert result.returncode == 0, result.stderr + result.stdout
+    for name in BUNDLED_SKILLS:
+        assert any(line.startswith(name) for line in result.stdout.splitlines()), result.stdout
+    assert "ERROR" not in result.stdout
+
+
+def test_db_upgrade_stats_and_threads(installed: Installed) -> None:
+    upgraded = installed.run("db", "upgrade")
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert upgraded.stdout.startswith("database upgraded to revision ")
+    stats = installed.run("stats")
+    assert stats.returncode == 0 and stats.stdout.startswith("Calls (all conversations)"), stats.stderr
+    threads = installed.run("threads")
+    assert threads.returncode == 0 and threads.stdout.startswith("thread id"), threads.stderr
+    unknown = installed.run("stats", "--thread", "no-such-thread")
+    assert unknown.returncode == 1 and "Traceback" not in unknown.stderr
+    assert "no conversation with id 'no-such-thread'" in unknown.stderr
+
+
+def test_tool_run_queries_the_demo_data(installed: Installed) -> None:
+    sql = "SELECT region, SUM(gmv) AS gmv FROM demo.sales GROUP BY 1 ORDER BY 2 DESC LIMIT 1"
+    result = installed.run("tool", "run", "sql_query", "--json", json.dumps({"sql": sql}))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["rows"][0][0] == "East China"
+
+
+def test_memory_edit_then_show(installed: Installed) -> None:
+    scope = ("--platform", "slack", "--workspace", "T123", "--channel", "C1")
+    edited = installed.run("memory", "edit", *scope, "--set", "GMV means paid orders only.")
+    assert edited.returncode == 0 and edited.stdout.startswith("wrote "), edited.stderr
+    shown = installed.run("memory", "show", *scope)
+    assert shown.returncode == 0 and "GMV means paid orders only." in shown.stdout
+
+
+def test_chat_answers_a_question_through_the_model(installed: Installed) -> None:
+    with FakeAnthropic.in_thread() as anthropic:
+        anthropic.script(Reply([text("GMV grew 4 % last week.")]))
+        result = installed.run(
+            "chat", stdin="how did GMV do last week?\nexit\n", timeout=120,
+            ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=anthropic.base_url,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "GMV grew 4 % last week." in result.stdout
+    assert "how did GMV do last week?" in json.dumps(anthropic.last_request.body["messages"])
+
+
+def test_serve_is_healthy_ready_and_stops_on_sigterm(installed: Installed) -> None:
+    port = free_port()
+    proc = subprocess.Popen([installed.ba_agent, "serve", "--port", str(port)], cwd=installed.home,
+                            env=installed.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_healthy(port)
+        assert wait_workers_ready(port) == {"ready": 1, "configured": 1}
+        status, body = get_json(port, "/readyz")
+        assert status == 200 and body["database"] == "ok"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert f"listening on http://127.0.0.1:{port}" in out
+
+
+def test_a_second_serve_on_a_taken_port_says_so_and_exits(installed: Installed) -> None:
+    port = free_port()
+    first = subprocess.Popen([installed.ba_agent, "serve", "--port", str(port)], cwd=installed.home,
+                             env=installed.env(BA_WORKER_PROCESSES="0"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_healthy(port)
+        second = installed.run("serve", "--port", str(port), timeout=30)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=30)
+    assert second.returncode == 1
+    assert second.stderr.strip() == f"ba-agent: port {port} on 127.0.0.1 is in use; set BA_PORT or --port"
+    assert "listening" not in second.stdout and "Traceback" not in second.stderr
+
+
+def test_worker_starts_answering_and_stops_on_sigterm(installed: Installed) -> None:
+    assert installed.run("db", "upgrade").returncode == 0
+    proc = subprocess.Popen([installed.ba_agent, "worker"], cwd=installed.home, env=installed.env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        lines: list[str] = []
+        while time.monotonic() < deadline and proc.stdout is not None:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "worker answering" in line or not line:
+                break
+        assert any("worker answering" in line for line in lines), "".join(lines)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
+
+
+def test_readme_commands_all_have_a_release_test() -> None:
+    """Every `ba-agent …` command in the README is exercised above (a new command needs a test)."""
+    readme = (ROOT / "README.md").read_text()
+    documented = {line.split()[1] for line in readme.splitlines() if line.startswith(".venv/bin/ba-agent ")}
+    tested = {"chat", "serve", "worker", "db", "skills", "stats", "threads", "tool", "memory"}
+    assert documented <= tested, documented - tested
