@@ -179,10 +179,31 @@ def measure(port: int, rate: float, seconds: float, tag: str) -> tuple[list[floa
     return asyncio.run(offered_load(port, rate, seconds, tag))
 
 
+def fresh_postgres_schema(url: str) -> tuple[str, str]:
+    """A new schema for this run; returns it and the URL whose search_path selects it."""
+    import uuid
+
+    import psycopg
+
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return schema, f"{url}?options=-csearch_path%3D{schema}"
+
+
+def drop_postgres_schema(url: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--database-url", help="the gateway's DATABASE_URL (default: SQLite in a temp dir), "
+                        "e.g. postgresql://postgres@127.0.0.1:5432/test; a fresh schema is used and dropped")
     args = parser.parse_args()
 
     spawn = multiprocessing.get_context("spawn")
@@ -212,6 +233,9 @@ def main() -> None:
             ANTHROPIC_BASE_URL=model_url,
             BA_MAX_CONCURRENT_TURNS=os.environ.get("BENCH_TURNS", "8"),
         )
+        schema = None
+        if args.database_url:
+            schema, env["DATABASE_URL"] = fresh_postgres_schema(args.database_url)
         ba_agent = str(Path(sys.executable).parent / "ba-agent")
         # The log goes into a pipe, as under a container runtime or systemd; `cat` stores it.
         gateway_log = open(Path(tmp) / "gateway.log", "w")  # noqa: SIM115 - closed with the dir
@@ -225,6 +249,8 @@ def main() -> None:
             stop_process(gateway)
             to_fakes.send("stop")
             fakes.join(timeout=15)
+            if schema is not None:
+                drop_postgres_schema(args.database_url, schema)
     floor = report("floor", bare_lat, bare_err)
     p99 = report("gateway", gw_lat, gw_err)
     print(f"p99 {p99:.2f} ms vs floor {floor:.2f} ms ({p99 / floor:.2f}x), {gw_err + bare_err} errors")

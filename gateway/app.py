@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from sqlalchemy import text
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 RUNTIME = web.AppKey("runtime", Runtime)
 # Long-lived platform connections (Feishu long connection, Slack Socket Mode): name → status().
 CONNECTIONS = web.AppKey("connections", dict)
-WORKERS = web.AppKey("workers", WorkerPool | None)
+WORKERS = web.AppKey[WorkerPool | None]("workers")
 
 
 def describe_configuration(settings: Settings) -> str:
@@ -40,7 +41,7 @@ def describe_configuration(settings: Settings) -> str:
     )
 
 
-def not_configured(platform: str, variables: str) -> web.Handler:
+def not_configured(platform: str, variables: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(_request: web.Request) -> web.Response:
         return web.json_response(
             {"ok": False, "error": f"{platform} is not configured: set {variables}"}, status=503
@@ -119,6 +120,7 @@ def create_app(settings: Settings) -> web.Application:
         nonlocal wake_forwarder
         revision = await asyncio.to_thread(upgrade, settings.effective_database_url)
         log.info("database at revision %s", revision)
+        await runtime.inbox.open()
         log.info(describe_configuration(settings))
         if workers is None:
             runtime.start_answering()

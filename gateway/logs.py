@@ -105,8 +105,10 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             **self._tags,
         }
-        if record.exc_text or record.exc_info:
-            entry["exception"] = record.exc_text or self.formatException(record.exc_info)
+        if record.exc_text:
+            entry["exception"] = record.exc_text
+        elif record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
         # json.dumps escapes C0 controls but, without ensure_ascii, leaves NEL and the Unicode
         # line separators raw, which many readers (Python's splitlines, JavaScript) break on.
         return json.dumps(entry, ensure_ascii=False).translate(_JSON_LINE_BREAKS)

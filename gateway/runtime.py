@@ -137,5 +137,5 @@ class Runtime:
             close = getattr(responder, "close", None)
             if close is not None:
                 await close()
-        self.inbox.close()
+        await self.inbox.close()
         await self.engine.dispose()

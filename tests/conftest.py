@@ -68,3 +68,12 @@ async def engine(database_url: str) -> AsyncIterator:
     eng = create_engine(database_url)
     yield eng
     await eng.dispose()
+
+
+@pytest.fixture
+async def inbox(engine) -> AsyncIterator:
+    from gateway.inbox import Inbox
+
+    box = Inbox(engine)
+    yield box
+    await box.close()

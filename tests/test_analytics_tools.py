@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from agent_core.analytics import AnomalyReport, AttributionResult
+from agent_core.analytics.anomaly import AnomalyReport
+from agent_core.analytics.attribution import AttributionResult
 from agent_core.config import AgentConfig
 from agent_core.data.demo import ensure_demo_database
 from agent_core.messages import ToolUseBlock

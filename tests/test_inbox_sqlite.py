@@ -40,7 +40,7 @@ async def sqlite_inbox(tmp_path: Path):
     engine = create_engine(f"sqlite:///{database}")
     inbox = Inbox(engine)
     yield inbox, database
-    inbox.close()
+    await inbox.close()
     await engine.dispose()
 
 

@@ -104,6 +104,7 @@ async def process(database_url: str, data_dir: Path, config: SchedulerConfig | N
         yield Process(engine, inbox, store, scheduler, responder)
     finally:
         await scheduler.stop()
+        await inbox.close()
         await engine.dispose()
 
 

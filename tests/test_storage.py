@@ -40,8 +40,7 @@ def inbound(event_id: str, ts: str, root: str = "100.1") -> InboundMessage:
     )
 
 
-async def test_accept_dedupes_event_and_message(engine) -> None:
-    inbox = Inbox(engine)
+async def test_accept_dedupes_event_and_message(inbox) -> None:
     assert await inbox.accept(inbound("Ev1", "100.1")) is AcceptOutcome.ACCEPTED
     assert await inbox.accept(inbound("Ev1", "100.1")) is AcceptOutcome.DUPLICATE
     # The same message as a second event type (app_mention + message) is one message.
@@ -51,8 +50,7 @@ async def test_accept_dedupes_event_and_message(engine) -> None:
     assert await inbox.threads_with_work() == [str(KEY)]
 
 
-async def test_lease_is_exclusive_until_it_expires(engine) -> None:
-    inbox = Inbox(engine)
+async def test_lease_is_exclusive_until_it_expires(inbox) -> None:
     assert await inbox.acquire_lease("k", "a", seconds=30)
     assert not await inbox.acquire_lease("k", "b", seconds=30)
     assert await inbox.acquire_lease("k", "a", seconds=30)  # the holder renews
@@ -62,14 +60,12 @@ async def test_lease_is_exclusive_until_it_expires(engine) -> None:
     assert await inbox.acquire_lease("k", "a", seconds=30)  # expired: taken over
 
 
-async def test_concurrent_lease_attempts_have_one_winner(engine) -> None:
-    inbox = Inbox(engine)
+async def test_concurrent_lease_attempts_have_one_winner(inbox) -> None:
     wins = await asyncio.gather(*(inbox.acquire_lease("k", f"w{i}", 30) for i in range(8)))
     assert wins.count(True) == 1
 
 
-async def test_events_of_a_thread_come_oldest_first_and_retries_do_not_overtake(engine) -> None:
-    inbox = Inbox(engine)
+async def test_events_of_a_thread_come_oldest_first_and_retries_do_not_overtake(inbox) -> None:
     await inbox.accept(inbound("Ev1", "100.1"))
     await inbox.accept(inbound("Ev2", "100.2"))
     first = await inbox.next_event(str(KEY))
@@ -195,4 +191,5 @@ async def test_sqlite_wal_is_checkpointed_in_the_background(tmp_path) -> None:
     await asyncio.sleep(0.3)
     task.cancel()
     assert rows_in_main_file() == 50
+    await inbox.close()
     await engine.dispose()

@@ -169,7 +169,7 @@ class SlackAdapter:
             return
         team_id = body.get("team_id") or context.team_id or ""
         key = candidate_thread(team_id, event)
-        in_known_thread = bool(key) and await self._known_thread(key)
+        in_known_thread = key is not None and await self._known_thread(key)
         parsed = parse_event(
             event_id=body.get("event_id") or f"{event.get('channel')}:{event.get('ts')}",
             team_id=team_id,

@@ -152,17 +152,16 @@ def parse_event(
     if event.get("bot_id") or event.get("user") in (None, bot_user_id) or (bot_id and event.get("bot_id") == bot_id):
         return Ignored("not from a person")
 
-    channel = event["channel"]
-    ts = event["ts"]
-    thread_ts = event.get("thread_ts")
+    channel: str = event["channel"]
+    ts: str = event["ts"]
+    thread_ts: str | None = event.get("thread_ts")
     text = event.get("text") or ""
     team = event.get("team") or team_id
     is_dm = kind == "message" and event.get("channel_type") == "im"
 
     if is_dm:
-        in_thread = bool(thread_ts) and thread_ts != ts
-        root = thread_ts if in_thread else DM_ROOT
-        reply_in = thread_ts if in_thread else None
+        reply_in = thread_ts if thread_ts and thread_ts != ts else None
+        root = reply_in or DM_ROOT
     elif kind == "app_mention" or mentions(text, bot_user_id):
         # A mention may arrive as app_mention, as a message (file_share among them), or both
         # (slack-bolt issues #925, #1451): either one starts the answer, and the inbox's

@@ -148,7 +148,8 @@ class SlackResponder:
                 channel=msg.channel, oldest=oldest, include_all_metadata=True, limit=200
             )
         found: set[int] = set()
-        for message in response.get("messages", []):
+        messages: list[dict[str, Any]] = response.get("messages", [])
+        for message in messages:
             meta: dict[str, Any] = message.get("metadata") or {}
             payload = meta.get("event_payload") or {}
             if meta.get("event_type") == REPLY_EVENT_TYPE and payload.get("delivery_id") == delivery_id:

@@ -56,7 +56,7 @@ def _frame_reporting_websocket(report: FrameReport) -> type[ClientWebSocketRespo
     SDK's receive loop gets (pongs included, which the SDK consumes without any hook)."""
 
     class FrameReportingWebSocket(ClientWebSocketResponse):
-        async def receive(self, timeout: float | None = None) -> WSMessage:  # type: ignore[override]
+        async def receive(self, timeout: float | None = None) -> WSMessage:
             message: WSMessage = await super().receive(timeout)
             report(self, message.type)
             return message
@@ -179,7 +179,9 @@ class SlackSocketMode:
         self._handler = handler  # set first: a stop() from here on closes it
         client = handler.client
         # Wrap bolt's handler (receipt time, drain on stop); it still acks after the commit.
-        client.socket_mode_request_listeners.remove(handler.handle)
+        # slack_sdk types the listener list with the base client class, bolt's handler with its
+        # aiohttp subclass: the same object at run time.
+        client.socket_mode_request_listeners.remove(handler.handle)  # type: ignore[arg-type]
         client.socket_mode_request_listeners.append(self._on_request)
         # Swap in a session whose websockets report their frames (see the module docstring). If
         # the SDK ever replaces it, frames go unseen and the supervisor starts a fresh client.
@@ -236,7 +238,7 @@ class SlackSocketMode:
         assert task is not None  # the SDK runs each envelope's listeners in a task
         self._in_flight.add(task)
         try:
-            await handler.handle(client, request)  # type: ignore[arg-type]
+            await handler.handle(client, request)
         finally:
             self._in_flight.discard(task)
 

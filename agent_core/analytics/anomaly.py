@@ -1,46 +1,45 @@
-"""Seasonality-aware anomaly detection on a metric over time, optionally per segment.
+"""Anomaly detection on a metric over time, optionally per segment: causal and seasonality-aware.
 
-Per series:
+Each series is scored row by row with :func:`agent_core.analytics.anomaly_score.anomaly_scores`
+(a point is judged only from the points before it, so the result for a day does not change when
+later days arrive, and the same detector serves batch questions, live metrics and monitors):
 
-1. Regularize: infer the sampling step (median spacing), put points on that grid (summing
-   duplicates) and interpolate missing timestamps (linearly, then from the seasonal fit).
-   Imputed points are never reported, and the diagnostics say how many there were.
-2. Seasonality: candidate periods come from the sampling step (daily cycle for intraday data,
-   weekly for daily data, yearly for weekly/monthly data); a candidate is kept when the series
-   covers at least two cycles and its autocorrelation at that lag (after removing a rolling
-   median trend, with outliers clipped) is clear.
-3. Decompose with robust STL (outliers get zero weight in the loess fits, so they stay in the
-   residual); daily-or-coarser positive series on the log scale. Series too short for STL, or
-   without seasonality, use a rolling median baseline. Fewer than ``MIN_POINTS`` points: no
-   verdict, only a message.
-4. Score residuals with a robust z: a clipped spread per side (skewed noise) and per
-   phase-of-cycle bin when there is enough data (noise often grows with the level), corrected
-   for how much the fit shrinks ordinary residuals. The threshold is a Bonferroni bound on the
-   number of points (false alarms stay rare on long minute-level series) with a floor.
-5. Episodes: points beyond the threshold in one direction (with short gaps) form one episode,
-   widened over contiguous points beyond a lower hysteresis threshold, and reported once at
-   its onset with end and peak. Points on known ``holidays`` are not reported.
-6. Sustained steps (a permanent level change the trend soon absorbs) are found on the
-   deseasonalized level by comparing window medians, and reported at their onset.
+1. Rows sharing a timestamp (within a segment) are summed; rows on known ``holidays`` and
+   missing values are left out (neither judged nor learnt from). Timestamps need not be
+   regular: nothing is filled in, cycles are matched on the clock.
+2. The score of a row in [0, 1] measures how improbable its deviation from the prediction
+   (level, or daily/weekly/yearly cycle), a sustained shift, a burst of unusual values or an
+   excursion beyond the range seen so far is, compared with the same series' own history.
+3. An event starts where the score crosses the sensitivity's threshold (re-alarms within the
+   same episode are suppressed); it lasts while the score stays above half the threshold, and
+   is reported once at its onset with its end, peak, expected value, normal band, direction,
+   kind (outlier, or level shift when the departure persists) and severity.
+
+The first points of a series are a learning period: they are never reported.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field
-from scipy.stats import norm
-from statsmodels.tsa.seasonal import STL
+
+from agent_core.analytics.anomaly_score import (
+    DEFAULT_THRESHOLD,
+    STATISTICS,
+    ScoreTrace,
+    anomaly_scores,
+)
+from agent_core.analytics.inputs import Sensitivity
 
 __all__ = [
     "MIN_POINTS",
+    "THRESHOLDS",
     "AnomalyEvent",
     "AnomalyReport",
     "SeriesDiagnostics",
@@ -48,43 +47,47 @@ __all__ = [
     "detect_anomalies",
 ]
 
-Sensitivity = Literal["low", "medium", "high"]
+Cause = Literal["deviation", "shift", "burst", "range"]
 
 MIN_POINTS = 7
-# Nominal family-wise false-alarm rate per series (Bonferroni over its points), and the
-# smallest robust z ever reported. The rates are ten times stricter than the false-alarm rate
-# wanted, because residuals of a robust decomposition have heavier tails than Gaussian noise:
-# on clean synthetic daily series "medium" raises an alarm in roughly 2 % of series.
-_ALPHA: dict[str, float] = {"low": 1e-4, "medium": 1e-3, "high": 1e-2}
-_Z_FLOOR: dict[str, float] = {"low": 4.0, "medium": 3.5, "high": 3.0}
-_ACF_MIN = 0.3  # autocorrelation at the period lag that counts as seasonality
-_MAD_TO_SD = 1.4826
-_MAX_PERIOD = 288  # longest period (in points) decomposed at full resolution
-_MIN_STL_CYCLES = 7  # fewer cycles: a robust seasonal profile instead of STL
-_STL_ROBUST_ITERATIONS = 6  # robustness re-weightings (statsmodels' default 15 is ~2.5x slower)
-
+# Score thresholds per sensitivity, from the threshold sweep of bench/anomaly.py on the NAB
+# development split: "medium" is the optimum of NAB's standard profile (DEFAULT_THRESHOLD),
+# "high" the optimum of its reward-low-false-negative profile; "low" asks for ~100x stronger
+# evidence than "medium" (score 0.23 = tail probability ~1e-5) and stays silent on clean
+# synthetic series, for monitors where a false alarm is costly.
+THRESHOLDS: dict[str, float] = {"low": 0.23, "medium": DEFAULT_THRESHOLD, "high": 0.12}
+_END_FRACTION = 0.5  # an episode lasts while the score stays above half the threshold
+_MERGE_GAP = 1  # rows below that level that do not end an episode
+_BAND_Z = 3.0  # the reported normal band: expected +- 3 robust residual scales
+_END_SCALES = 2.0  # an episode's last point still deviates by more than 2 residual scales
+_SHIFT_ROWS = 3  # an episode whose departure lasts this many rows on one side is a level shift
 
 class AnomalyEvent(BaseModel):
     """One anomalous episode, reported once at its onset."""
 
     segment: str | None = None
-    timestamp: datetime = Field(description="onset: first anomalous point")
-    end: datetime = Field(description="last anomalous point of the episode")
-    peak: datetime = Field(description="point with the largest deviation")
+    timestamp: datetime = Field(description="onset: the first point that raised the alarm")
+    end: datetime = Field(description="last point of the episode")
+    peak: datetime = Field(description="point with the strongest evidence")
     n_points: int
     kind: Literal["outlier", "level_shift"] = Field(
         default="outlier",
-        description="outlier: departs from the expected band; level_shift: a sustained step",
+        description="outlier: a short departure; level_shift: the departure persists",
     )
     value: float = Field(description="observed value at the onset")
-    expected: float = Field(description="expected value at the onset")
+    expected: float = Field(description="expected value at the onset (from earlier points only)")
     lower: float = Field(description="lower edge of the normal band at the onset")
     upper: float = Field(description="upper edge of the normal band at the onset")
     peak_value: float
     peak_expected: float
     direction: Literal["spike", "drop"]
     severity: Literal["low", "medium", "high"]
-    score: float = Field(description="largest |robust z| within the episode")
+    score: float = Field(description="anomaly score in [0, 1] at the peak (1: extremely unusual)")
+    cause: Cause = Field(
+        default="deviation",
+        description="strongest evidence at the onset: deviation from the expected value, "
+        "sustained shift, burst of unusual values, or beyond the range seen so far",
+    )
 
 
 class SeriesDiagnostics(BaseModel):
@@ -92,13 +95,21 @@ class SeriesDiagnostics(BaseModel):
 
     segment: str | None = None
     n_points: int
-    n_imputed: int = 0
+    n_imputed: int = Field(default=0, description="always 0: gaps are not filled in")
     frequency: str | None = None
-    period: int | None = None
-    method: Literal["stl", "rolling_median", "none"]
-    log_scale: bool = Field(default=False, description="decomposed on the log of a positive series")
+    period: int | None = Field(
+        default=None, description="points per seasonal cycle of the model mostly used"
+    )
+    method: Literal["seasonal", "rolling_median", "none"]
+    cycles: list[str] = Field(
+        default_factory=list, description="seasonal cycles modelled (daily, weekly, yearly)"
+    )
+    log_scale: bool = Field(default=False, description="kept for compatibility: always false")
     threshold: float | None = Field(
-        default=None, description="|robust z| beyond which points count"
+        default=None, description="score threshold in [0, 1] of the sensitivity used"
+    )
+    learning_points: int = Field(
+        default=0, description="first points used only to learn (never reported)"
     )
     n_anomalies: int = 0
     message: str | None = None
@@ -113,462 +124,6 @@ class AnomalyReport(BaseModel):
     sensitivity: Sensitivity
 
 
-@dataclass(frozen=True)
-class _Grid:
-    """A regularized series: grid timestamps, values (imputed where missing) and the mask."""
-
-    times: pd.DatetimeIndex
-    values: np.ndarray
-    imputed: np.ndarray
-    step: pd.Timedelta | None  # None for calendar months
-    label: str
-
-
-def _regularize(times: pd.Series, values: pd.Series) -> _Grid:
-    """Put observations on a regular grid inferred from the median spacing."""
-    order = np.argsort(times.to_numpy(), kind="stable")
-    t = pd.DatetimeIndex(times.to_numpy()[order]).as_unit("ns")
-    v = values.to_numpy(dtype=float)[order]
-    diffs = np.diff(t.asi8)
-    diffs = diffs[diffs > 0]
-    median_ns = float(np.median(diffs)) if len(diffs) else 86_400e9
-    day_ns = 86_400e9
-    if 27 * day_ns <= median_ns <= 32 * day_ns:  # calendar months have unequal lengths
-        months = t.year * 12 + t.month
-        pos = (months - months.min()).to_numpy()
-        n = int(pos.max()) + 1
-        grid = pd.date_range(t[0].to_period("M").to_timestamp(), periods=n, freq="MS")
-        step: pd.Timedelta | None = None
-        label = "monthly"
-    else:
-        step = pd.Timedelta(int(round(median_ns)), unit="ns")
-        pos = np.rint((t.asi8 - t.asi8[0]) / step.value).astype(np.int64)
-        n = int(pos.max()) + 1
-        grid = pd.DatetimeIndex(t[0] + step * np.arange(n))
-        label = _step_label(step)
-    sums = np.zeros(n)
-    counts = np.zeros(n)
-    finite = np.isfinite(v)
-    np.add.at(sums, pos[finite], v[finite])
-    np.add.at(counts, pos[finite], 1)
-    missing = counts == 0
-    out = np.where(missing, np.nan, sums)
-    if missing.any() and (~missing).sum() >= 2:
-        x = np.arange(n)
-        out[missing] = np.interp(x[missing], x[~missing], out[~missing])
-    return _Grid(grid, out, missing, step, label)
-
-
-def _step_label(step: pd.Timedelta) -> str:
-    seconds = step.total_seconds()
-    for name, size in (("weekly", 604_800), ("daily", 86_400), ("hourly", 3_600), ("minutely", 60)):
-        if seconds == size:
-            return name
-    return f"every {step}"
-
-
-def _candidate_periods(grid: _Grid) -> list[int]:
-    """Seasonal periods suggested by the sampling step (in grid points)."""
-    if grid.step is None:
-        return [12]
-    seconds = grid.step.total_seconds()
-    out: list[int] = []
-    if seconds < 86_400:
-        for cycle in (86_400, 604_800):  # daily cycle, then weekly
-            if cycle % seconds == 0:
-                out.append(int(cycle // seconds))
-    elif seconds == 86_400:
-        out.append(7)
-    elif seconds == 604_800:
-        out.append(52)
-    return [p for p in out if p >= 2]
-
-
-def _rolling_median(x: np.ndarray, window: int) -> np.ndarray:
-    return pd.Series(x).rolling(window, center=True, min_periods=1).median().to_numpy()
-
-
-def _mad_scale(r: np.ndarray) -> float:
-    """Robust standard deviation; falls back to the mean absolute deviation when MAD is 0."""
-    r = r[np.isfinite(r)]
-    if len(r) == 0:
-        return 0.0
-    centred = np.abs(r - np.median(r))
-    scale = _MAD_TO_SD * float(np.median(centred))
-    return scale if scale > 0 else 1.2533 * float(np.mean(centred))
-
-
-def _clipped_sd(r: np.ndarray, k: float = 4.5) -> tuple[float, float]:
-    """Lower and upper noise scale of zero-centred residuals: per side, the root mean square
-    after iteratively clipping points beyond ``k`` scales, corrected for the truncation.
-
-    Robust STL fits the bulk of the points very tightly, so its residuals are peaked and a MAD
-    understates the real spread (and overstates every z). Starting from the MAD and growing to
-    the clipped spread keeps the shoulders of the noise while the anomalies, far beyond ``k``
-    scales, stay out. Each side gets its own scale because business noise is often skewed
-    (e.g. multiplicative noise on a log scale has a longer lower tail)."""
-    r = r[np.isfinite(r)]
-    correction = math.sqrt(1 - 2 * k * norm.pdf(k) / (2 * norm.cdf(k) - 1))
-    sides: list[float] = []
-    for side in (-r[r < 0], r[r > 0]):
-        if len(side) < 3:
-            sides.append(0.0)
-            continue
-        scale = float(np.median(side)) / 0.6745  # half-normal median
-        for _ in range(50):
-            kept = side[side < k * scale]
-            if scale <= 0 or len(kept) < 3:
-                break
-            new = math.sqrt(float(np.mean(kept * kept))) / correction
-            if abs(new - scale) <= 1e-6 * scale:
-                break
-            scale = new
-        sides.append(scale)
-    lower, upper = sides
-    if lower <= 0 or upper <= 0:  # one side empty or degenerate: use the other (or the MAD)
-        fallback = max(lower, upper) or _mad_scale(r)
-        lower, upper = lower or fallback, upper or fallback
-    return lower, upper
-
-
-def _seasonal_strength(x: np.ndarray, period: int) -> float:
-    """Autocorrelation at the period lag of the detrended, outlier-clipped series."""
-    detrended = x - _rolling_median(x, period + 1 - period % 2)
-    scale = _mad_scale(detrended)
-    if scale == 0:
-        return 0.0
-    clipped = np.clip(detrended, -5 * scale, 5 * scale)
-    a, b = clipped[:-period], clipped[period:]
-    if a.std() == 0 or b.std() == 0:
-        return 0.0
-    return float(np.corrcoef(a, b)[0, 1])
-
-
-def _odd(k: float) -> int:
-    k = int(math.ceil(k))
-    return k if k % 2 else k + 1
-
-
-def _stl_components(x: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
-    """Trend and seasonal components of a robust STL fit.
-
-    The trend window spans ~6 cycles for short periods (6 weeks of daily data) so that a level
-    shift lasting a few days stays in the residual instead of being absorbed by the trend;
-    loess "jumps" of a tenth of each window (as in R's stl) keep long series fast."""
-    seasonal = 13
-    trend = _odd(max(1.5 * period / (1 - 1.5 / seasonal), min(6 * period, 43)))
-    low_pass = _odd(period + 1)
-    fit = STL(
-        x,
-        period=period,
-        seasonal=seasonal,
-        trend=trend,
-        low_pass=low_pass,
-        robust=True,
-        seasonal_jump=max(1, seasonal // 10),
-        trend_jump=max(1, trend // 10),
-        low_pass_jump=max(1, low_pass // 10),
-    ).fit(outer_iter=_STL_ROBUST_ITERATIONS)
-    return np.asarray(fit.trend), np.asarray(fit.seasonal)
-
-
-def _profile_components(x: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
-    """Trend and seasonal components for series with only a few cycles.
-
-    STL smooths each phase across cycles; with fewer than ~7 cycles its loess has so few
-    points per phase that a short anomaly is absorbed into the seasonal component. Here the
-    seasonal profile is instead the median, across all cycles, of the detrended points within
-    a small phase neighbourhood (+-1/48 of the period), so a short anomaly is outvoted, and the
-    trend is a rolling median over one period; two passes refine both."""
-    n = len(x)
-    phase = np.arange(n) % period
-    half = period // 48
-    seasonal = np.zeros(n)
-    trend = _rolling_median(x, _odd(period))
-    for _ in range(2):
-        detrended = x - trend
-        profile = np.empty(period)
-        for p in range(period):
-            near = np.abs((phase - p + period // 2) % period - period // 2) <= half
-            profile[p] = np.nanmedian(detrended[near])
-        profile -= profile.mean()
-        seasonal = profile[phase]
-        trend = _rolling_median(x - seasonal, _odd(period))
-    return trend, seasonal
-
-
-def _seasonal_components(x: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
-    """Trend and seasonal components of a seasonal series.
-
-    Long periods (e.g. 1440 minutes) with only a few cycles would leave STL a handful of
-    points per phase, so its seasonal component would chase the noise. Such series are
-    averaged in blocks (``period`` / block <= ``_MAX_PERIOD``), decomposed, and the components
-    are interpolated back to the original resolution; the residuals keep every point."""
-    block = next(
-        b for b in range(max(1, math.ceil(period / _MAX_PERIOD)), period + 1) if period % b == 0
-    )
-    decompose = _stl_components if len(x) >= _MIN_STL_CYCLES * period else _profile_components
-    if block == 1:
-        return decompose(x, period)
-    n_blocks = math.ceil(len(x) / block)
-    padded = np.full(n_blocks * block, np.nan)
-    padded[: len(x)] = x
-    coarse = np.nanmean(padded.reshape(n_blocks, block), axis=1)
-    trend, seasonal = decompose(coarse, period // block)
-    centres = np.arange(n_blocks) * block + (block - 1) / 2
-    grid = np.arange(len(x))
-    return np.interp(grid, centres, trend), np.interp(grid, centres, seasonal)
-
-
-def _components(y: np.ndarray, period: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """(trend, seasonal): robust seasonal decomposition, or a rolling median without a period."""
-    if period is not None:
-        return _seasonal_components(y, period)
-    return _rolling_median(y, _odd(min(max(5, len(y) // 5), 31))), np.zeros(len(y))
-
-
-@functools.lru_cache(maxsize=64)
-def _fit_shrinkage(n: int, period: int | None) -> float:
-    """How much the baseline fit shrinks residuals of ordinary points (residual sd / noise sd).
-
-    Points the fit follows have residuals smaller than the noise, while outliers (zero robust
-    weight) keep their full deviation; scoring against the shrunken spread would overstate
-    every outlier's z. Measured once per series shape by fitting the same baseline to
-    unit-variance white noise (deterministic seed)."""
-    m = n if period is None else min(n, max(2_000, 20 * period))
-    noise = np.random.default_rng(0).normal(size=m)
-    trend, seasonal = _components(noise, period)
-    return min(1.0, max(float(np.std(noise - trend - seasonal)), 0.5))
-
-
-def _local_scale(
-    resid: np.ndarray, period: int | None, use: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Lower and upper residual scale per point, from the points in ``use``; per
-    phase-of-cycle bin when each bin has at least 50 points (noise often grows with the
-    level, e.g. by time of day)."""
-    overall = _clipped_sd(resid[use])
-    lower, upper = np.full(len(resid), overall[0]), np.full(len(resid), overall[1])
-    if period is None:
-        return lower, upper
-    n_bins = min(24, period, len(resid) // 50)
-    if n_bins < 4:
-        return lower, upper
-    bins = (np.arange(len(resid)) % period) * n_bins // period
-    for b in range(n_bins):
-        here = bins == b
-        lo, up = _clipped_sd(resid[here & use])
-        # Floor at a fraction of the overall scale: a quiet bin must not turn noise into alarms.
-        lower[here] = max(lo, 0.3 * overall[0])
-        upper[here] = max(up, 0.3 * overall[1])
-    return lower, upper
-
-
-def _severity(score: float, threshold: float) -> Literal["low", "medium", "high"]:
-    ratio = score / threshold
-    return "high" if ratio >= 2.5 else ("medium" if ratio >= 1.5 else "low")
-
-
-def _episodes(z: np.ndarray, threshold: float, merge_gap: int) -> list[tuple[int, int]]:
-    """(start, end) index pairs of outlier episodes.
-
-    Points beyond ``threshold`` in one direction, separated by at most ``merge_gap`` points, form
-    one episode; it is then widened over the *contiguous* neighbouring points beyond a lower
-    hysteresis threshold, so the onset is where the deviation started, not where it first
-    crossed the alarm line."""
-    low = max(2.0, 0.6 * threshold)
-    out: list[tuple[int, int]] = []
-    for sign in (1.0, -1.0):
-        signed = sign * z
-        idx = np.flatnonzero(signed > threshold)
-        if len(idx) == 0:
-            continue
-        breaks = np.flatnonzero(np.diff(idx) > merge_gap + 1)
-        starts = np.concatenate([[idx[0]], idx[breaks + 1]])
-        ends = np.concatenate([idx[breaks], [idx[-1]]])
-        for s, e in zip(starts, ends, strict=True):
-            while s > 0 and signed[s - 1] > low:
-                s -= 1
-            while e < len(z) - 1 and signed[e + 1] > low:
-                e += 1
-            if out and out[-1][1] >= s - 1 and np.sign(z[out[-1][0]]) == sign:
-                out[-1] = (out[-1][0], max(out[-1][1], int(e)))
-            else:
-                out.append((int(s), int(e)))
-    return sorted(out)
-
-
-def _level_shifts(
-    level: np.ndarray, sigma: float, window: int, threshold: float
-) -> list[tuple[int, float, float]]:
-    """Sustained steps in the deseasonalized ``level``: (onset index, z, level before).
-
-    Compares medians of three consecutive windows A | B | C at each point: a step at the start
-    of C is ``(C - B) - (B - A)`` (the B - A term removes the local trend), scored against the
-    noise of a median of ``window`` points. Requiring B - A itself to be unremarkable keeps the
-    end of an earlier step from being reported again as a reverse step."""
-    n = len(level)
-    if n < 3 * window + 1 or sigma <= 0:
-        return []
-    # Median of [t-w+1, t]; missing points (holidays) are skipped.
-    rolling = pd.Series(level).rolling(window, min_periods=window // 2 + 1).median().to_numpy()
-    t = np.arange(2 * window, n - window + 1)
-    a, b, c = rolling[t - window - 1], rolling[t - 1], rolling[t + window - 1]
-    median_sd = sigma * math.sqrt(math.pi / (2 * window))
-    z_step = ((c - b) - (b - a)) / (median_sd * math.sqrt(6.0))
-    z_prior = (b - a) / (median_sd * math.sqrt(2.0))
-    ok = (np.abs(z_step) > threshold) & (np.abs(z_prior) < 0.5 * threshold)
-    out: list[tuple[int, float, float]] = []
-    for run in np.split(np.flatnonzero(ok), np.flatnonzero(np.diff(np.flatnonzero(ok)) > 1) + 1):
-        if not len(run):
-            continue
-        k = run[np.argmax(np.abs(z_step[run]))]
-        # Window medians locate the step only roughly: the onset is the first nearby point
-        # from which the level has moved more than halfway (and its next points agree).
-        onset, half = int(t[k]), 0.5 * (c[k] - b[k])
-        for j in range(max(0, onset - window // 2), min(n - 2, onset + window // 2) + 1):
-            if np.nanmedian(level[j : j + 3] - b[k]) / half > 1 and (level[j] - b[k]) / half > 1:
-                onset = j
-                break
-        out.append((onset, float(z_step[k]), float(b[k])))
-    return out
-
-
-def _analyse(
-    times: pd.Series,
-    values: pd.Series,
-    segment: str | None,
-    sensitivity: Sensitivity,
-    holidays: set[date],
-) -> tuple[list[AnomalyEvent], SeriesDiagnostics]:
-    n_obs = int(np.isfinite(values.to_numpy(dtype=float)).sum())
-    if n_obs < MIN_POINTS:
-        return [], SeriesDiagnostics(
-            segment=segment,
-            n_points=n_obs,
-            method="none",
-            message=f"too short to assess: {n_obs} points (need at least {MIN_POINTS})",
-        )
-    grid = _regularize(times, values)
-    x = grid.values
-    n = len(x)
-    notes: list[str] = []
-    n_imputed = int(grid.imputed.sum())
-    if n_imputed:
-        notes.append(f"{n_imputed} missing timestamps were interpolated")
-
-    # Daily-or-coarser business metrics are usually multiplicative (seasonal swings and noise
-    # grow with the level): decompose their log when strictly positive. Intraday series are
-    # mostly counts whose noise grows like sqrt(level), which a log over-corrects; they stay
-    # on the raw scale and get a noise scale per time-of-day bin instead.
-    daily_or_coarser = grid.step is None or grid.step >= pd.Timedelta(days=1)
-    log_scale = daily_or_coarser and bool(np.all(x > 0))
-    y = np.log(x) if log_scale else x.copy()
-
-    period = None
-    for p in _candidate_periods(grid):
-        if n >= 2 * p + 1 and _seasonal_strength(y, p) >= _ACF_MIN:
-            period = p
-            break
-    method: Literal["stl", "rolling_median"] = "stl" if period else "rolling_median"
-    if period is None and any(n < 2 * p + 1 for p in _candidate_periods(grid)):
-        notes.append("too short for seasonal decomposition; used a robust rolling median")
-    trend, seasonal = _components(y, period)
-    if n_imputed and period is not None:
-        # Linear interpolation ignores the cycle: re-impute from the fit and decompose again.
-        y[grid.imputed] = (trend + seasonal)[grid.imputed]
-        trend, seasonal = _components(y, period)
-
-    resid = y - trend - seasonal
-    observed = ~grid.imputed
-    centre = float(np.median(resid[observed]))
-    dev = resid - centre
-    lower_scale, upper_scale = _local_scale(dev, period, observed)
-    shrink = _fit_shrinkage(n, period)
-    floor = 1e-9 * max(1.0, float(np.nanmedian(np.abs(y))))
-    lower_scale = np.maximum(lower_scale / shrink, floor)
-    upper_scale = np.maximum(upper_scale / shrink, floor)
-    z = np.where(dev >= 0, dev / upper_scale, dev / lower_scale)
-    # Imputed points and known holidays carry no evidence of an anomaly.
-    z[grid.imputed] = 0.0
-    if holidays:
-        on_holiday = np.isin(grid.times.date, np.array(sorted(holidays), dtype=object))
-        if np.any(np.abs(z[on_holiday]) > _Z_FLOOR[sensitivity]):
-            notes.append("deviations on known holidays were treated as expected")
-        z[on_holiday] = 0.0
-
-    threshold = max(_Z_FLOOR[sensitivity], float(norm.isf(_ALPHA[sensitivity] / (2 * n))))
-    centre_line = trend + seasonal + centre
-
-    def event(
-        s: int, e: int, k: int, expected_y: float, score: float, sign: float, kind: str
-    ) -> AnomalyEvent:
-        back = np.exp if log_scale else (lambda a: a)
-        return AnomalyEvent(
-            segment=segment,
-            timestamp=grid.times[s].to_pydatetime(),
-            end=grid.times[e].to_pydatetime(),
-            peak=grid.times[k].to_pydatetime(),
-            n_points=e - s + 1,
-            kind=kind,  # type: ignore[arg-type]
-            value=float(x[s]),
-            expected=float(back(expected_y)),
-            lower=float(back(expected_y - threshold * lower_scale[s])),
-            upper=float(back(expected_y + threshold * upper_scale[s])),
-            peak_value=float(x[k]),
-            peak_expected=float(back(centre_line[k])),
-            direction="spike" if sign > 0 else "drop",
-            severity=_severity(score, threshold),
-            score=score,
-        )
-
-    merge_gap = max(1, round(period / 288)) if period else 1
-    spans = [(s, e, "spike" if z[s] > 0 else "drop") for s, e in _episodes(z, threshold, merge_gap)]
-    events: list[AnomalyEvent] = []
-    for s, e, _ in spans:
-        k = s + int(np.argmax(np.abs(z[s : e + 1])))
-        events.append(event(s, e, k, centre_line[s], float(abs(z[k])), z[k], "outlier"))
-
-    # Sustained steps: a permanent level change is absorbed by the trend within a few cycles,
-    # so it may never leave a large residual; look for it in the deseasonalized level.
-    window = (period if period <= 14 else max(15, period // 24)) if period else 7
-    level = y - seasonal
-    # Noise of the level from its successive differences: a step moves one difference only,
-    # while it inflates the residuals of the (partly adapted) trend for weeks.
-    sigma = _mad_scale(np.diff(level[observed])) / math.sqrt(2.0)
-    if holidays:
-        level[on_holiday] = np.nan  # expected calendar dips must not look like level changes
-    for onset, z_step, before in _level_shifts(level, sigma, window, threshold):
-        direction = "spike" if z_step > 0 else "drop"
-        if any(d != direction and e >= onset - 2 * window and s < onset for s, e, d in spans):
-            continue  # the level returning after an earlier episode is a recovery
-        near = [
-            i for i, (s, _, d) in enumerate(spans) if d == direction and abs(s - onset) <= window
-        ]
-        if near:  # the onset is already reported: it was the start of a sustained shift
-            events[near[0]] = events[near[0]].model_copy(update={"kind": "level_shift"})
-            continue
-        end = min(onset + window - 1, n - 1)
-        expected_y = before + seasonal[onset] + centre
-        events.append(event(onset, end, onset, expected_y, abs(z_step), z_step, "level_shift"))
-        spans.append((onset, end, direction))
-    events.sort(key=lambda ev: ev.timestamp)
-
-    diag = SeriesDiagnostics(
-        segment=segment,
-        n_points=n,
-        n_imputed=n_imputed,
-        frequency=grid.label,
-        period=period,
-        method=method,
-        log_scale=log_scale,
-        threshold=threshold,
-        n_anomalies=len(events),
-        message="; ".join(notes) or None,
-    )
-    return events, diag
-
-
 def detect_anomalies(
     df: pd.DataFrame,
     time_column: str,
@@ -576,25 +131,31 @@ def detect_anomalies(
     segment_column: str | None = None,
     sensitivity: Sensitivity = "medium",
     holidays: Iterable[date | datetime | str] | None = None,
+    report_from: date | datetime | str | None = None,
 ) -> AnomalyReport:
     """Find anomalous episodes in a metric over time, per segment if ``segment_column`` is set.
 
     Rows sharing a timestamp (within a segment) are summed. ``sensitivity`` trades misses for
-    false alarms ("low" reports only very clear anomalies). ``holidays`` are dates whose
-    deviations are expected (calendar effects) and never reported. Each episode is reported
-    once at its onset, with its end, peak, expected value, normal band, direction and severity.
+    false alarms ("low" reports only very clear anomalies). ``holidays`` are dates whose values
+    are expected to be unusual: they are neither reported nor learnt from. Events before
+    ``report_from`` are not reported (the earlier rows still serve as history). Each episode
+    is reported once at its onset, with its end, peak, expected value, normal band, direction,
+    kind, severity and score; every point is judged only from the points before it.
     """
     missing = [c for c in (time_column, value_column, segment_column) if c and c not in df.columns]
     if missing:
         raise ValueError(f"columns not found: {missing}")
-    if sensitivity not in _ALPHA:
-        raise ValueError(f"sensitivity must be one of {sorted(_ALPHA)}")
+    if sensitivity not in THRESHOLDS:
+        raise ValueError(f"sensitivity must be one of {sorted(THRESHOLDS)}")
     holiday_dates = {pd.Timestamp(h).date() for h in holidays or []}
+    start = pd.Timestamp(report_from) if report_from is not None else None
+    if start is not None and start.tzinfo is not None:
+        start = start.tz_localize(None)
     times = pd.to_datetime(df[time_column])
     if getattr(times.dt, "tz", None) is not None:
         times = times.dt.tz_localize(None)
     values = pd.to_numeric(df[value_column], errors="coerce")
-    frame = pd.DataFrame({"t": times, "v": values})
+    frame = pd.DataFrame({"t": times.to_numpy(), "v": values.to_numpy()})
     if segment_column is None:
         groups: Iterable[tuple[str | None, pd.DataFrame]] = [(None, frame)]
     else:
@@ -603,9 +164,10 @@ def detect_anomalies(
 
     anomalies: list[AnomalyEvent] = []
     diagnostics: list[SeriesDiagnostics] = []
+    threshold = THRESHOLDS[sensitivity]
     for segment, g in groups:
         g = g[g["t"].notna()]
-        events, diag = _analyse(g["t"], g["v"], segment, sensitivity, holiday_dates)
+        events, diag = _analyse(g["t"], g["v"], segment, threshold, holiday_dates, start)
         anomalies.extend(events)
         diagnostics.append(diag)
     anomalies.sort(key=lambda a: (a.timestamp, a.segment or ""))
@@ -615,6 +177,167 @@ def detect_anomalies(
         messages=_summarize(diagnostics),
         sensitivity=sensitivity,
     )
+
+
+def _analyse(
+    times: pd.Series,
+    values: pd.Series,
+    segment: str | None,
+    threshold: float,
+    holidays: set[date],
+    report_from: pd.Timestamp | None,
+) -> tuple[list[AnomalyEvent], SeriesDiagnostics]:
+    # One row per timestamp (sum; all-missing stays missing), in time order.
+    series = (
+        pd.DataFrame({"t": times.to_numpy(), "v": values.to_numpy()})
+        .groupby("t", sort=True)["v"]
+        .sum(min_count=1)
+    )
+    t = pd.DatetimeIndex(series.index)
+    x = series.to_numpy(dtype=float)
+    notes: list[str] = []
+    if holidays:
+        on_holiday = np.isin(t.date, np.array(sorted(holidays), dtype=object))
+        if on_holiday.any():
+            x = np.where(on_holiday, np.nan, x)
+            notes.append(f"{int(on_holiday.sum())} point(s) on known holidays were left out")
+    n_obs = int(np.isfinite(x).sum())
+    if n_obs < MIN_POINTS:
+        return [], SeriesDiagnostics(
+            segment=segment,
+            n_points=n_obs,
+            method="none",
+            message=f"too short to assess: {n_obs} points (need at least {MIN_POINTS})",
+        )
+    trace = anomaly_scores(t, x)
+    learning = _learning_points(trace, x)
+    if learning:
+        notes.append(f"the first {learning} points were used to learn what is normal")
+    events = [
+        _event(trace, t, x, segment, threshold, s, e)
+        for s, e in _episodes(trace.score, trace.raw, threshold)
+        if report_from is None or t[s] >= report_from
+    ]
+    period, method = _model_summary(trace, t, x)
+    diag = SeriesDiagnostics(
+        segment=segment,
+        n_points=n_obs,
+        frequency=_step_label(trace.step_ns),
+        period=period,
+        method=method,
+        cycles=list(trace.cycles),
+        threshold=threshold,
+        learning_points=learning,
+        n_anomalies=len(events),
+        message="; ".join(notes) or None,
+    )
+    return events, diag
+
+
+def _episodes(score: np.ndarray, raw: np.ndarray, threshold: float) -> list[tuple[int, int]]:
+    """(onset, end) row pairs: an episode starts at a row whose alarm score reaches the
+    threshold and lasts while the raw score stays above ``_END_FRACTION`` of it (gaps of up
+    to ``_MERGE_GAP`` rows allowed); alarms inside an episode belong to it."""
+    out: list[tuple[int, int]] = []
+    n = len(score)
+    low = _END_FRACTION * threshold
+    for onset in np.flatnonzero(score >= threshold):
+        if out and onset <= out[-1][1]:
+            continue
+        end = onset
+        gap = 0
+        i = onset + 1
+        while i < n:
+            if raw[i] >= low:
+                end, gap = i, 0
+            else:
+                gap += 1
+                if gap > _MERGE_GAP:
+                    break
+            i += 1
+        out.append((int(onset), int(end)))
+    return out
+
+
+def _event(
+    trace: ScoreTrace,
+    t: pd.DatetimeIndex,
+    x: np.ndarray,
+    segment: str | None,
+    threshold: float,
+    s: int,
+    e: int,
+) -> AnomalyEvent:
+    expected = _finite_or(trace.expected[s], x[s])
+    scale = _finite_or(trace.scale[s], 0.0)
+    rows = np.arange(s, e + 1)
+    residuals = x[rows] - np.where(np.isfinite(trace.expected[rows]), trace.expected[rows], x[rows])
+    sign = np.sign(x[s] - expected) or np.sign(np.nansum(residuals)) or 1.0
+    # The episode ends at its last point still clearly on the onset's side of the expected
+    # value (the collective statistics stay high for a few points after a one-point outlier).
+    clear = np.flatnonzero(sign * residuals > _END_SCALES * np.nan_to_num(trace.scale[rows]))
+    e = s + int(clear[-1]) if len(clear) else s
+    span = np.arange(s, e + 1)
+    k = int(span[np.nanargmax(trace.raw[span])])
+    same_side = int(np.sum(sign * residuals[: e - s + 1] > 0))
+    cause = STATISTICS[int(trace.cause[s])]
+    kind = "level_shift" if cause == "shift" or same_side >= _SHIFT_ROWS else "outlier"
+    peak_score = float(trace.raw[k])
+    ratio = peak_score / threshold if threshold > 0 else math.inf
+    return AnomalyEvent(
+        segment=segment,
+        timestamp=t[s].to_pydatetime(),
+        end=t[e].to_pydatetime(),
+        peak=t[k].to_pydatetime(),
+        n_points=int(np.isfinite(x[span]).sum()),
+        kind=kind,
+        value=float(x[s]),
+        expected=expected,
+        lower=expected - _BAND_Z * scale,
+        upper=expected + _BAND_Z * scale,
+        peak_value=float(x[k]),
+        peak_expected=_finite_or(trace.expected[k], float(x[k])),
+        direction="spike" if sign > 0 else "drop",
+        severity="high" if ratio >= 2.5 else ("medium" if ratio >= 1.5 else "low"),
+        score=round(peak_score, 4),
+        cause=cause,
+    )
+
+
+def _finite_or(value: float, fallback: float) -> float:
+    return float(value) if np.isfinite(value) else float(fallback)
+
+
+def _learning_points(trace: ScoreTrace, x: np.ndarray) -> int:
+    """Observed points before the first one that could be scored."""
+    scored = np.flatnonzero(np.isfinite(trace.scale) & np.isfinite(x))
+    first = int(scored[0]) if len(scored) else len(x)
+    return int(np.isfinite(x[:first]).sum())
+
+
+def _model_summary(
+    trace: ScoreTrace, t: pd.DatetimeIndex, x: np.ndarray
+) -> tuple[int | None, Literal["seasonal", "rolling_median"]]:
+    """The seasonal cycle used for most scored points (in points per cycle), if any."""
+    used = trace.model[np.isfinite(x) & np.isfinite(trace.scale)]
+    if len(used) == 0 or not trace.cycles:
+        return None, "rolling_median"
+    counts = np.bincount(used, minlength=len(trace.cycles) + 1)
+    if counts[1:].sum() < counts[0]:
+        return None, "rolling_median"
+    cycle = trace.cycles[int(np.argmax(counts[1:]))]
+    seconds = {"daily": 86_400, "weekly": 604_800, "yearly": 365 * 86_400}[cycle]
+    return int(round(seconds * 1e9 / trace.step_ns)), "seasonal"
+
+
+def _step_label(step_ns: int) -> str:
+    seconds = step_ns / 1e9
+    for name, size in (("weekly", 604_800), ("daily", 86_400), ("hourly", 3_600), ("minutely", 60)):
+        if seconds == size:
+            return name
+    if 27 * 86_400 <= seconds <= 32 * 86_400:
+        return "monthly"
+    return f"every {pd.Timedelta(int(step_ns), unit='ns')}"
 
 
 def _summarize(diagnostics: list[SeriesDiagnostics], limit: int = 20) -> list[str]:

@@ -665,11 +665,11 @@ def _ensure_uploads_table(conn: duckdb.DuckDBPyConnection) -> None:
 
 def _tables_of_file(conn: duckdb.DuckDBPyConnection, file_id: str) -> list[LoadedTable]:
     """The tables an earlier load of platform file ``file_id`` created in this workspace."""
-    has_column = conn.execute(
+    has_column = _scalar(conn.execute(
         "SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() "
         "AND schema_name = 'main' AND table_name = ? AND column_name = 'file_id'",
         [_UPLOADS_TABLE],
-    ).fetchone()[0]
+    ))
     if not has_column:
         return []
     rows = conn.execute(
@@ -679,7 +679,7 @@ def _tables_of_file(conn: duckdb.DuckDBPyConnection, file_id: str) -> list[Loade
     ).fetchall()
     tables = []
     for name, original_name, sheet in rows:
-        row_count = conn.execute(f"SELECT count(*) FROM {quote_identifier(name)}").fetchone()[0]
+        row_count = _scalar(conn.execute(f"SELECT count(*) FROM {quote_identifier(name)}"))
         columns = [
             ColumnInfo(name=col, type=typ)
             for col, typ in conn.execute(
@@ -722,7 +722,7 @@ def _load_one(
         raise MalformedUpload(
             f"{label} could not be read as a table: {_first_line(error)}"
         ) from error
-    row_count = conn.execute(f"SELECT count(*) FROM {quote_identifier(name)}").fetchone()[0]
+    row_count = _scalar(conn.execute(f"SELECT count(*) FROM {quote_identifier(name)}"))
     if row_count > limits.max_rows:
         raise UploadTooLarge(f"{label} has more than {limits.max_rows:,} rows, the upload limit.")
     if row_count == 0:
@@ -798,7 +798,7 @@ def list_tables(db_path: Path) -> list[TableInfo]:
         tables = []
         for name, _, column_count in rows:
             # estimated_size is not exact; a count(*) is cheap in DuckDB.
-            row_count = conn.execute(f"SELECT count(*) FROM {quote_identifier(name)}").fetchone()[0]
+            row_count = _scalar(conn.execute(f"SELECT count(*) FROM {quote_identifier(name)}"))
             source_file, sheet = sources.get(name, (None, None))
             tables.append(
                 TableInfo(
@@ -841,7 +841,7 @@ def describe_table(db_path: Path, table: str) -> TableDescription:
             aggregates += [f"count({col})", f"approx_count_distinct({col})"]
             if _has_range(data_type):
                 aggregates += [f"min({col})", f"max({col})"]
-        stats = conn.execute(f"SELECT {', '.join(aggregates)} FROM {quoted}").fetchone()
+        stats = _one_row(conn.execute(f"SELECT {', '.join(aggregates)} FROM {quoted}"))
         sample = conn.execute(f"SELECT * FROM {quoted} LIMIT {_SAMPLE_ROWS}").fetchall()
     row_count, values = stats[0], iter(stats[1:])
     described = []
@@ -871,11 +871,11 @@ def _has_range(data_type: str) -> bool:
 
 
 def _upload_sources(conn: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str | None]]:
-    exists = conn.execute(
+    exists = _scalar(conn.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
         "AND schema_name = 'main' AND table_name = ?",
         [_UPLOADS_TABLE],
-    ).fetchone()[0]
+    ))
     if not exists:
         return {}
     rows = conn.execute(f"SELECT table_name, original_name, sheet FROM {_UPLOADS_TABLE}").fetchall()
@@ -1067,3 +1067,15 @@ __all__ = [
     "table_name_for",
     "tables_of_file",
 ]
+
+
+def _one_row(result: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
+    """The row of a query that always returns exactly one (an aggregate without GROUP BY)."""
+    row = result.fetchone()
+    if row is None:
+        raise MalformedUpload("an aggregate query returned no row")
+    return row
+
+
+def _scalar(result: duckdb.DuckDBPyConnection) -> Any:
+    return _one_row(result)[0]

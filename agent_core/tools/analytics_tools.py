@@ -13,24 +13,21 @@ import asyncio
 import io
 import json
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pydantic import BaseModel, Field, model_validator
 
-from agent_core.analytics import (
-    AnomalyReport,
-    AttributionResult,
-    Period,
-    Sensitivity,
-    attribute_change,
-    attribute_change_between_periods,
-    detect_anomalies,
-)
-from agent_core.data.uploads import QueryResult
+from agent_core.analytics.inputs import Period, Sensitivity
 from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
 from agent_core.tools.data_files import decode_text, file_suffix, read_data_file
 from agent_core.tools.sql import MAX_SQL_CHARS, query_conversation_data
+
+if TYPE_CHECKING:  # pandas and the analytics core load when a tool first runs
+    import pandas as pd
+
+    from agent_core.analytics.anomaly import AnomalyReport
+    from agent_core.analytics.attribution import AttributionResult
+    from agent_core.data.uploads import QueryResult
 
 MAX_INPUT_ROWS = 200_000
 MAX_INPUT_BYTES = 100 * 1024 * 1024  # of query values, and of a data file
@@ -78,11 +75,15 @@ async def _load_frame(ctx: ToolContext, source: _RowSource) -> pd.DataFrame:
 
 
 def _frame_from_result(result: QueryResult) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame(result.rows, columns=result.columns)
 
 
 def _frame_from_file(vpath: str, raw: bytes) -> pd.DataFrame:
     """Parse a CSV/TSV/JSON(L) data file; every failure is a ToolError naming the file."""
+    import pandas as pd
+
     suffix = file_suffix(vpath)
     text = decode_text(vpath, raw)
     try:
@@ -109,6 +110,8 @@ def _frame_from_file(vpath: str, raw: bytes) -> pd.DataFrame:
 
 
 def _frame_from_json(data: Any, vpath: str) -> pd.DataFrame:
+    import pandas as pd
+
     # The shape sql_query returns ({"columns": [...], "rows": [[...]]}) is accepted as is.
     if isinstance(data, dict) and isinstance(data.get("columns"), list) and "rows" in data:
         return pd.DataFrame(data["rows"], columns=data["columns"])
@@ -155,20 +158,28 @@ class DetectAnomaliesInput(_RowSource):
     holidays: list[date] = Field(
         default_factory=list,
         max_length=1000,
-        description="Dates whose deviations are expected (public holidays, known promotions); "
-        "they are never reported.",
+        description="Dates whose values are expected to be unusual (public holidays, known "
+        "promotions): they are neither reported nor learnt from.",
+    )
+    report_from: date | None = Field(
+        None,
+        description="Only report episodes starting on or after this date; earlier rows still "
+        "serve as history (e.g. the last day for a daily monitor, with 8+ weeks of history).",
     )
 
 
-class DetectAnomaliesTool(Tool):
+class DetectAnomaliesTool(Tool[DetectAnomaliesInput]):
     name = "detect_anomalies"
     description = (
         "Find anomalous spikes, drops and level shifts in a metric over time, seasonality-aware "
-        "(weekly/daily cycles), optionally per segment. Input rows: one per period (and "
-        "segment), from a DuckDB query (`sql`) or a CSV/JSON file (`data_file`). Give the whole "
-        "history window, not only the period of interest. Returns each episode once at its "
-        "onset (end, peak, value vs expected, normal band, direction, severity) plus how each "
-        "series was analysed."
+        "(daily/weekly/yearly cycles), optionally per segment. Causal: each point is judged "
+        "only from the points before it, so the first points (one cycle) are a learning "
+        "period and a result never changes when later data arrives. Input rows: one per "
+        "period (and segment), from a DuckDB query (`sql`) or a CSV/JSON file (`data_file`). "
+        "Give the whole history window, not only the period of interest (use `report_from` to "
+        "limit what is reported). Returns each episode once at its onset (end, peak, value vs "
+        "expected, normal band, direction, kind, severity, score in [0, 1], cause) plus how "
+        "each series was analysed."
     )
     Input = DetectAnomaliesInput
     timeout_s = 120.0
@@ -176,7 +187,9 @@ class DetectAnomaliesTool(Tool):
     idempotent = True
     concurrency_safe = True
 
-    async def run(self, args: DetectAnomaliesInput, ctx: ToolContext) -> AnomalyReport:  # type: ignore[override]
+    async def run(self, args: DetectAnomaliesInput, ctx: ToolContext) -> AnomalyReport:
+        from agent_core.analytics.anomaly import detect_anomalies
+
         frame = await _load_frame(ctx, args)
         _require_columns(frame, [args.time_column, args.value_column, args.segment_column])
         try:
@@ -188,6 +201,7 @@ class DetectAnomaliesTool(Tool):
                 segment_column=args.segment_column,
                 sensitivity=args.sensitivity,
                 holidays=args.holidays,
+                report_from=args.report_from,
             )
         except (ValueError, TypeError) as exc:  # e.g. a time column that holds no dates
             raise ToolError(str(exc), ErrorType.INVALID_PARAMETERS) from exc
@@ -201,8 +215,8 @@ class AttributeChangeInput(_RowSource):
         ...,
         min_length=1,
         max_length=6,
-        description="Dimension columns to localize the change in (1-3 work best), e.g. "
-        '["region", "channel"].',
+        description="Dimension columns to localize the change in, e.g. "
+        '["region", "channel", "category", "platform"]; combinations of up to 3 are searched.',
     )
     # Form 1: a leaf table with the additive metric in both periods.
     baseline_column: str | None = Field(
@@ -294,16 +308,19 @@ class AttributeChangeInput(_RowSource):
         ]
 
 
-class AttributeChangeTool(Tool):
+class AttributeChangeTool(Tool[AttributeChangeInput]):
     name = "attribute_change"
     description = (
-        "Explain why a metric changed: find the dimension=value combinations (e.g. region=East "
-        "China & channel=app) that carry the deviation, with their contribution and share. "
-        "Rows come from a DuckDB query (`sql`) or a CSV/JSON file (`data_file`) in one of three "
-        "forms: a leaf table with baseline_column + actual_column (additive metric); a leaf "
-        "table with numerator_columns + denominator_columns, each [baseline, actual] (ratio "
-        "metric: rate vs mix effects); or raw rows with time_column, baseline_period, "
-        "comparison_period and metric_column (or numerator_column + denominator_column)."
+        "Explain why a metric changed: find the fewest dimension=value combinations (e.g. "
+        "region=East China & channel=app), at whatever depth (1-3 dimensions), whose leaves "
+        "moved together and carry the deviation beyond forecast noise, with their contribution "
+        "and share. At most 10 root causes are listed, the largest first "
+        "(`unlisted_root_causes` counts the rest). Rows come from a DuckDB query (`sql`) or a "
+        "CSV/JSON file (`data_file`) in one of three forms: a leaf table with baseline_column + "
+        "actual_column (additive metric); a leaf table with numerator_columns + "
+        "denominator_columns, each [baseline, actual] (ratio metric: rate vs mix effects); or "
+        "raw rows with time_column, baseline_period, comparison_period and metric_column (or "
+        "numerator_column + denominator_column)."
     )
     Input = AttributeChangeInput
     timeout_s = 120.0
@@ -311,7 +328,7 @@ class AttributeChangeTool(Tool):
     idempotent = True
     concurrency_safe = True
 
-    async def run(self, args: AttributeChangeInput, ctx: ToolContext) -> AttributionResult:  # type: ignore[override]
+    async def run(self, args: AttributeChangeInput, ctx: ToolContext) -> AttributionResult:
         frame = await _load_frame(ctx, args)
         _require_columns(frame, args.columns())
         try:
@@ -321,6 +338,8 @@ class AttributeChangeTool(Tool):
 
 
 def _attribute(frame: pd.DataFrame, args: AttributeChangeInput) -> AttributionResult:
+    from agent_core.analytics.attribution import attribute_change, attribute_change_between_periods
+
     if args.time_column is not None:
         assert args.baseline_period is not None and args.comparison_period is not None
         result = attribute_change_between_periods(

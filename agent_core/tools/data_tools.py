@@ -16,7 +16,7 @@ import asyncio
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 from sqlglot import exp
@@ -24,12 +24,6 @@ from sqlglot import exp
 from agent_core.data.demo import DEMO_CATALOG
 from agent_core.data.errors import DataError, TableNotFound
 from agent_core.data.source_config import DataSourceConfig
-from agent_core.data.sources import (
-    SourceTableDescription,
-    describe_source_table,
-    list_source_tables,
-    query_source,
-)
 from agent_core.data.uploads import TableInfo, describe_table, list_tables
 from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
 from agent_core.tools.sql import (
@@ -41,6 +35,9 @@ from agent_core.tools.sql import (
     usable_sources,
 )
 
+if TYPE_CHECKING:  # database drivers load only when a source is described
+    from agent_core.data.sources import SourceTableDescription
+
 MAX_SOURCE_TABLES = 300
 _GUARD_DIALECTS = {"postgresql": "postgres", "mysql": "mysql", "duckdb": "duckdb"}
 # Leading type keyword (as SQLAlchemy / DuckDB spell it) of columns worth a min/max.
@@ -49,6 +46,7 @@ _RANGE_TYPE = re.compile(
     r"REAL|MONEY|DATE|DATETIME|TIME|TIMESTAMP|YEAR)\b",
     re.IGNORECASE,
 )
+
 
 
 # --- results ---------------------------------------------------------------------------------
@@ -168,6 +166,8 @@ class ListTablesTool(Tool[ListTablesInput]):
 
 
 async def _list_source(cfg: DataSourceConfig, schema: str | None) -> SourceTableListing:
+    from agent_core.data.sources import list_source_tables  # database drivers load on first use
+
     with data_errors():
         tables = await asyncio.to_thread(list_source_tables, cfg, schema)
     return SourceTableListing(
@@ -288,6 +288,8 @@ def _profile_source_table(
     The statistics query is best effort: on a huge table it may time out, and the description
     is still useful without it.
     """
+    from agent_core.data.sources import describe_source_table, query_source
+
     described = describe_source_table(cfg, table, schema)
     columns = [ColumnProfile(name=c.name, type=c.type) for c in described.columns]
     profile = TableProfile(

@@ -26,7 +26,6 @@ from agent_core.data.errors import (
 )
 from agent_core.data.result_cap import cap_rows
 from agent_core.data.source_config import DataSourceConfig, is_allowed
-from agent_core.data.sources import query_source
 from agent_core.data.uploads import QueryResult, run_duckdb_query
 from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
 from agent_core.workspace.local import thread_dir_name
@@ -196,6 +195,8 @@ class SqlQueryTool(Tool):
                 timeout_s=self._query_timeout_s,
             )
         cfg = allowed_source(self._datasources, args.source, ctx)
+        from agent_core.data.sources import query_source  # database drivers load on first use
+
         with data_errors():
             # The source's own row cap and statement timeout still apply if they are smaller.
             result = await asyncio.to_thread(
