@@ -127,8 +127,11 @@ class Dispatcher:
                 claimed = None
             if claimed is None:
                 self._slots.release()
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
+                # that lands in the same loop iteration as the wakeup, and stop() would hang.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._inbox.wakeup.wait(), timeout=self._poll_interval_s)
+                    async with asyncio.timeout(self._poll_interval_s):
+                        await self._inbox.wakeup.wait()
                 continue
             thread_key, owner = claimed
             task = asyncio.create_task(self._work_thread(thread_key, owner))

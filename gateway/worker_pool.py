@@ -72,7 +72,8 @@ class WorkerPool:
                 proc.stdin.close()
         for proc in alive:
             try:
-                await asyncio.wait_for(proc.wait(), STOP_TIMEOUT_S)
+                async with asyncio.timeout(STOP_TIMEOUT_S):
+                    await proc.wait()
             except TimeoutError:
                 log.error("worker %d did not stop within %.0f s; killing it", proc.pid, STOP_TIMEOUT_S)
                 proc.kill()

@@ -27,7 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from agent_core.data import ensure_demo_database, sql_allowlist
+from agent_core.data import sql_allowlist
+from agent_core.data.demo import ensure_demo_database
 from agent_core.data.errors import QueryFailed, SQLParseError, UnsafeSQLError
 from agent_core.data.result_cap import cap_rows, fetch_capped, row_size
 from agent_core.data.source_config import DataSourceConfig

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
+from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.serve_process import free_port, get_json, wait_healthy, wait_workers_ready
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,8 +63,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     # Built from a copy: setuptools writes build/ beside the sources, and a stale build/ must
     # not leak into the wheel (nor the build into the checkout).
     source = base / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "data", "__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis", "tests", "bench"))
+    shutil.copytree(ROOT, source, ignore=_not_shipped)
     dist = base / "dist"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
@@ -89,6 +88,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     home = base / "home"
     home.mkdir()
     yield Installed(venv, home)
+
+
+def _not_shipped(folder: str, names: list[str]) -> set[str]:
+    """What the wheel build needs no copy of: the checkout's own state, tests and benches."""
+    caches = {n for n in names if n in ("__pycache__", ".pytest_cache", ".hypothesis") or n.endswith(".egg-info")}
+    if Path(folder) == ROOT:
+        caches |= {".git", ".venv", "build", "data", "tests", "bench"} & set(names)
+    return caches
 
 
 def _console_script(venv: Path) -> None:
@@ -143,13 +150,18 @@ def test_memory_edit_then_show(installed: Installed) -> None:
 
 def test_chat_answers_a_question_through_the_model(installed: Installed) -> None:
     with FakeAnthropic.in_thread() as anthropic:
-        anthropic.script(Reply([text("GMV grew 4 % last week.")]))
+        anthropic.script(
+            Reply([tool_use("sql_query", {"sql": "DROP TABLE demo.sales"}, id="toolu_drop")]),
+            Reply([text("GMV grew 4 % last week.")]),
+        )
         result = installed.run(
             "chat", stdin="how did GMV do last week?\nexit\n", timeout=120,
             ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=anthropic.base_url,
         )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "GMV grew 4 % last week." in result.stdout
+    # A failed step is shown as failed, not like a successful one.
+    assert "· Running sql_query…" in result.stdout and "· sql_query failed (permission_denied)" in result.stdout
     assert "how did GMV do last week?" in json.dumps(anthropic.last_request.body["messages"])
 
 

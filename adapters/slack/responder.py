@@ -54,7 +54,7 @@ class SlackResponder:
         self, msg: InboundMessage, reply: OutboundReply, delivery_id: str, *, resumed: bool = False
     ) -> None:
         parts = split_markdown(reply.text)
-        already = await self._posted_parts(msg, delivery_id) if resumed else set()
+        already, shared = await self._posted(msg, delivery_id) if resumed else (set(), set())
         for index, part in enumerate(parts):
             if index in already:
                 continue
@@ -68,12 +68,17 @@ class SlackResponder:
                 },
             )
         for file in reply.files:
+            # Files carry no metadata; their names are content-hashed (charts, reports), so a
+            # file of that name already in the thread is this delivery's, posted before a crash.
+            name = Path(file.path).name
+            if name in shared:
+                continue
             await self._web().files_upload_v2(
                 channel=msg.channel,
                 thread_ts=msg.reply_in_thread,
                 file=file.path,
                 title=file.title,
-                filename=file.title,
+                filename=name,
             )
 
     async def clear_progress(self, msg: InboundMessage) -> None:
@@ -134,8 +139,9 @@ class SlackResponder:
             if session is not None:
                 await session.close()
 
-    async def _posted_parts(self, msg: InboundMessage, delivery_id: str) -> set[int]:
-        """Parts of this delivery already in the conversation (found by their message metadata)."""
+    async def _posted(self, msg: InboundMessage, delivery_id: str) -> tuple[set[int], set[str]]:
+        """Text parts of this delivery already in the conversation (found by their message
+        metadata), and the names of the files shared there."""
         if msg.reply_in_thread:
             response = await self._web().conversations_replies(
                 channel=msg.channel, ts=msg.reply_in_thread, include_all_metadata=True, limit=200
@@ -148,13 +154,15 @@ class SlackResponder:
                 channel=msg.channel, oldest=oldest, include_all_metadata=True, limit=200
             )
         found: set[int] = set()
+        shared: set[str] = set()
         messages: list[dict[str, Any]] = response.get("messages", [])
         for message in messages:
             meta: dict[str, Any] = message.get("metadata") or {}
             payload = meta.get("event_payload") or {}
             if meta.get("event_type") == REPLY_EVENT_TYPE and payload.get("delivery_id") == delivery_id:
                 found.add(int(payload.get("part", 0)))
-        return found
+            shared.update(str(f.get("name")) for f in message.get("files") or [])
+        return found, shared
 
     async def _best_effort(self, method: str, **params: Any) -> None:
         try:
