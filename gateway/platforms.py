@@ -58,6 +58,6 @@ def build_platforms(settings: Settings, runtime: Runtime) -> Platforms:
         # lark-oapi takes seconds to import: a deployment without Feishu does not pay for it.
         from adapters.feishu.app import FeishuAdapter
 
-        platforms.feishu = FeishuAdapter(feishu_config, accept=runtime.inbox.accept)
+        platforms.feishu = FeishuAdapter(feishu_config, accept=runtime.inbox.accept, known_thread=runtime.store.is_live)
     runtime.responders.update(platforms.responders)
     return platforms

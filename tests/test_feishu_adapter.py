@@ -24,7 +24,7 @@ from adapters.feishu.config import FeishuConfig
 from adapters.feishu.events import Ignored, parse_event
 from adapters.feishu.responder import FeishuResponder
 from adapters.feishu.webhook import make_feishu_handler
-from agent_core.messages import InboundMessage, OutboundFile, OutboundReply
+from agent_core.messages import InboundMessage, OutboundFile, OutboundReply, ThreadKey
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import (
     BOT_OPEN_ID,
@@ -62,6 +62,10 @@ class Inbox:
         self.accepted.append(msg)
         return AcceptOutcome.ACCEPTED
 
+    async def known_thread(self, key: ThreadKey) -> bool:
+        """Like the thread store: a conversation exists once a message of it was accepted."""
+        return any(m.thread == key for m in self.accepted)
+
 
 def make_config(**overrides: Any) -> FeishuConfig:
     values: dict[str, Any] = {
@@ -94,7 +98,7 @@ async def webhook(
     config: FeishuConfig, inbox: Inbox, provider: Callable[[], Awaitable[str]] = bot_id
 ) -> AsyncIterator[TestClient]:
     app = web.Application()
-    app.router.add_post("/feishu/events", make_feishu_handler(config, inbox.accept, provider))
+    app.router.add_post("/feishu/events", make_feishu_handler(config, inbox.accept, provider, inbox.known_thread))
     async with TestClient(TestServer(app)) as client:
         yield client
 
@@ -554,7 +558,7 @@ async def test_long_connection_delivers_reconnects_and_restarts_when_silent(
 ) -> None:
     config = fake_config(fake, mode="websocket", ws_silence_timeout_s=2.5)
     inbox = Inbox()
-    adapter = FeishuAdapter(config, inbox.accept)
+    adapter = FeishuAdapter(config, inbox.accept, inbox.known_thread)
     connection = adapter.long_connection
     assert connection is not None
     states: list[ConnectionState] = []

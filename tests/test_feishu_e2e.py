@@ -4,6 +4,7 @@ out through the real lark-oapi client to the fake Open API. Runs on SQLite and P
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -140,3 +141,19 @@ async def test_a_mention_replying_to_a_file_reads_that_file(stack) -> None:
     notes = " ".join(block.get("text", "") for block in first)
     assert "gmv.csv: loaded as table `gmv`" in notes and "2 rows" in notes
     assert answer_texts(feishu)[-1] == "Total GMV is 300."
+
+
+async def test_a_file_posted_in_a_topic_the_bot_is_in_needs_no_mention(stack) -> None:
+    gw, feishu, anthropic = stack
+    anthropic.script(Reply([text("Send me the numbers.")]), Reply([text("Got gmv.csv: total 300.")]))
+    question = text_event("@_user_1 can you check our GMV file?", mentions=[bot_mention()], message_id="om_topic_root")
+    assert await post(gw, question) == 200
+    await gw.settled()
+    feishu.add_resource("om_file_2", "file_v3_gmv2", b"region,gmv\nEast,100\nWest,200\n", filename="gmv.csv")
+    upload = file_event("file_v3_gmv2", "gmv.csv", message_id="om_file_2", root_id="om_topic_root", thread_id="omt_1")
+    elsewhere = file_event("file_v3_other", "other.csv", root_id="om_unrelated_root", thread_id="omt_2")
+    assert await post(gw, upload) == 200 and await post(gw, elsewhere) == 200
+    await gw.settled()
+    assert len(anthropic.requests) == 2  # the file in a topic the bot is not part of is ignored
+    notes = json.dumps(anthropic.requests[-1].body["messages"][-1]["content"])
+    assert "gmv.csv: loaded as table `gmv`" in notes

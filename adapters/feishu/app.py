@@ -6,7 +6,7 @@ from __future__ import annotations
 from adapters.base import AcceptMessage, ConnectionStatus
 from adapters.feishu.client import FeishuClient
 from adapters.feishu.config import FeishuConfig
-from adapters.feishu.events import PLATFORM
+from adapters.feishu.events import PLATFORM, KnownThread
 from adapters.feishu.longconn import FeishuLongConnection
 from adapters.feishu.responder import FeishuResponder
 from adapters.feishu.webhook import Handler, make_feishu_handler
@@ -18,13 +18,13 @@ class FeishuAdapter:
 
     platform = PLATFORM
 
-    def __init__(self, config: FeishuConfig, accept: AcceptMessage) -> None:
+    def __init__(self, config: FeishuConfig, accept: AcceptMessage, known_thread: KnownThread) -> None:
         self.config = config
         self.client = FeishuClient(config)
         self.responder = FeishuResponder(self.client, config)
-        self.handle: Handler = make_feishu_handler(config, accept, self.client.bot_open_id)
+        self.handle: Handler = make_feishu_handler(config, accept, self.client.bot_open_id, known_thread)
         self.long_connection = (
-            FeishuLongConnection(config, accept, self.client.bot_open_id)
+            FeishuLongConnection(config, accept, self.client.bot_open_id, known_thread)
             if config.mode == "websocket"
             else None
         )

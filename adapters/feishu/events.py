@@ -12,6 +12,7 @@ import logging
 import mimetypes
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,9 +43,25 @@ class MalformedEvent(ValueError):
 
 @dataclass(frozen=True)
 class Ignored:
-    """A valid event the bot does not answer, and why."""
+    """A valid event the bot does not answer, and why. `topic`: the conversation a file posted
+    without a mention would continue; answered after all if the bot is part of it."""
 
     reason: str
+    topic: ThreadKey | None = None
+
+
+KnownThread = Callable[[ThreadKey], Awaitable[bool]]
+
+
+async def parse_event_in_context(
+    payload: dict[str, Any], *, config: FeishuConfig, bot_open_id: str, known_thread: KnownThread
+) -> InboundMessage | Ignored:
+    """`parse_event`, plus: a file posted in a topic the bot is already part of needs no mention
+    (a file message cannot carry one). The one extra lookup happens only for such messages."""
+    result = parse_event(payload, config=config, bot_open_id=bot_open_id)
+    if isinstance(result, Ignored) and result.topic is not None and await known_thread(result.topic):
+        return parse_event(payload, config=config, bot_open_id=bot_open_id, in_known_topic=True)
+    return result
 
 
 class UrlVerification(BaseModel):
@@ -121,7 +138,12 @@ def payload_token(payload: dict[str, Any]) -> str | None:
 
 
 def parse_event(
-    payload: dict[str, Any], *, config: FeishuConfig, bot_open_id: str, now: float | None = None
+    payload: dict[str, Any],
+    *,
+    config: FeishuConfig,
+    bot_open_id: str,
+    now: float | None = None,
+    in_known_topic: bool = False,
 ) -> InboundMessage | Ignored:
     """Turn a decrypted event payload into an InboundMessage for the bot, or Ignored(reason).
 
@@ -148,7 +170,9 @@ def parse_event(
     except ValidationError as exc:
         raise MalformedEvent(f"bad {MESSAGE_RECEIVED} event: {exc.error_count()} errors") from exc
     try:
-        return _parse_message(header, event, config, bot_open_id, time.time() if now is None else now)
+        return _parse_message(
+            header, event, config, bot_open_id, time.time() if now is None else now, in_known_topic
+        )
     except MalformedEvent:
         raise
     except (TypeError, AttributeError, KeyError, ValueError, OverflowError, RecursionError) as exc:
@@ -158,7 +182,12 @@ def parse_event(
 
 
 def _parse_message(
-    header: _Header, event: _MessageEvent, config: FeishuConfig, bot_open_id: str, now: float
+    header: _Header,
+    event: _MessageEvent,
+    config: FeishuConfig,
+    bot_open_id: str,
+    now: float,
+    in_known_topic: bool,
 ) -> InboundMessage | Ignored:
     message, sender = event.message, event.sender
     sender_open_id = sender.sender_id.open_id
@@ -193,8 +222,12 @@ def _parse_message(
     is_dm = message.chat_type == "p2p"
     bot_keys = {m.key for m in message.mentions if m.id.open_id and m.id.open_id == bot_open_id}
     at_all = _AT_ALL in raw_text or any(m.key == _AT_ALL for m in message.mentions)
-    if not (is_dm or bot_keys or (config.respond_to_at_all and at_all)):
-        return Ignored("group message does not mention the bot")
+    workspace = header.tenant_key or sender.tenant_key or "default"
+    posted_in_topic = bool(attachments) and message.root_id is not None
+    if not (is_dm or bot_keys or (config.respond_to_at_all and at_all) or (in_known_topic and posted_in_topic)):
+        root, _ = _thread_of(message, is_dm, config)
+        topic = ThreadKey(platform=PLATFORM, workspace=workspace, channel=message.chat_id, root=root)
+        return Ignored("group message does not mention the bot", topic=topic if posted_in_topic else None)
 
     # "@all" that addressed the bot is an address, like the bot's mention: both are stripped.
     strip_all = config.respond_to_at_all and not bot_keys
@@ -208,7 +241,6 @@ def _parse_message(
         # message into its file when the answer starts (no API call on the ack path).
         attachments = [_quoted(config, message.parent_id)]
     root, reply_root = _thread_of(message, is_dm, config)
-    workspace = header.tenant_key or sender.tenant_key or "default"
     return InboundMessage(
         platform=PLATFORM,
         event_id=header.event_id,

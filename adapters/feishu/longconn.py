@@ -33,7 +33,7 @@ import lark_oapi.ws.client as lark_ws_client
 
 from adapters.base import AcceptMessage, ConnectionState, ConnectionStatus
 from adapters.feishu.config import FeishuConfig
-from adapters.feishu.events import Ignored, MalformedEvent, parse_event
+from adapters.feishu.events import Ignored, KnownThread, MalformedEvent, parse_event_in_context
 from adapters.feishu.webhook import BotOpenIdProvider
 
 log = logging.getLogger(__name__)
@@ -74,12 +74,14 @@ class FeishuLongConnection:
         config: FeishuConfig,
         accept: AcceptMessage,
         bot_open_id_provider: BotOpenIdProvider,
+        known_thread: KnownThread,
         *,
         max_restart_backoff_s: float = 60.0,
     ) -> None:
         self._config = config
         self._accept = accept
         self._bot_open_id = bot_open_id_provider
+        self._known_thread = known_thread
         self._max_restart_backoff_s = max_restart_backoff_s
         self._lock = threading.Lock()  # guards the status fields, written from the ws thread
         self._state = ConnectionState.STOPPED
@@ -247,7 +249,9 @@ class FeishuLongConnection:
         if not isinstance(event, dict):
             return
         try:
-            result = parse_event(event, config=self._config, bot_open_id=await self._bot_open_id())
+            result = await parse_event_in_context(
+                event, config=self._config, bot_open_id=await self._bot_open_id(), known_thread=self._known_thread
+            )
         except MalformedEvent as exc:
             # Redelivery would not fix it: acknowledge and drop.
             log.warning("feishu long connection: malformed event dropped: %s", exc)

@@ -32,8 +32,9 @@ from adapters.feishu import crypto
 from adapters.feishu.config import FeishuConfig
 from adapters.feishu.events import (
     Ignored,
+    KnownThread,
     MalformedEvent,
-    parse_event,
+    parse_event_in_context,
     payload_token,
     url_verification,
 )
@@ -60,7 +61,10 @@ class _Rejected(Exception):
 
 
 def make_feishu_handler(
-    config: FeishuConfig, accept: AcceptMessage, bot_open_id_provider: BotOpenIdProvider
+    config: FeishuConfig,
+    accept: AcceptMessage,
+    bot_open_id_provider: BotOpenIdProvider,
+    known_thread: KnownThread,
 ) -> Handler:
     """The aiohttp handler for Feishu's event subscription URL (mount at POST /feishu/events).
 
@@ -131,7 +135,9 @@ def make_feishu_handler(
             log.exception("feishu webhook: bot identity unavailable")
             return web.json_response({"msg": "bot identity unavailable"}, status=503)
         try:
-            result = parse_event(payload, config=config, bot_open_id=bot_open_id)
+            result = await parse_event_in_context(
+                payload, config=config, bot_open_id=bot_open_id, known_thread=known_thread
+            )
         except MalformedEvent as exc:
             return _reject(400, f"malformed event: {exc}")
         if isinstance(result, Ignored):
