@@ -19,6 +19,7 @@ from gateway.config import Settings, load_settings
 from gateway.runtime import Runtime
 from gateway.tables import InboundEventRow
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import signed_request
 
@@ -39,6 +40,29 @@ def gateway_settings(
         "BA_POLL_INTERVAL": 0.2,
         "BA_WORKER_PROCESSES": 0,  # answered in the test process, where tests can look inside
         "BA_MODEL_RETRIES": 2,
+        **extra,
+    }
+    return load_settings(_env_file=None, **values)
+
+
+def feishu_gateway_settings(
+    database_url: str, data_dir: Path, anthropic: FakeAnthropic, feishu: FakeFeishu, **extra: Any
+) -> Settings:
+    """Settings of a gateway answering Feishu webhooks (encrypted and token-verified) in-process."""
+    from tests.fakes.feishu_events import ENCRYPT_KEY, VERIFICATION_TOKEN
+
+    values = {
+        "DATABASE_URL": database_url,
+        "BA_DATA_DIR": str(data_dir),
+        "ANTHROPIC_API_KEY": "test",
+        "ANTHROPIC_BASE_URL": anthropic.base_url,
+        "FEISHU_APP_ID": feishu.app_id,
+        "FEISHU_APP_SECRET": feishu.app_secret,
+        "FEISHU_VERIFICATION_TOKEN": VERIFICATION_TOKEN,
+        "FEISHU_ENCRYPT_KEY": ENCRYPT_KEY,
+        "FEISHU_DOMAIN": feishu.domain,
+        "BA_POLL_INTERVAL": 0.2,
+        "BA_WORKER_PROCESSES": 0,
         **extra,
     }
     return load_settings(_env_file=None, **values)

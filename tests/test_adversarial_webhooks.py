@@ -19,12 +19,9 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
-from gateway.config import load_settings
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import (
-    ENCRYPT_KEY,
-    VERIFICATION_TOKEN,
     bot_mention,
     encrypted_body,
     image_event,
@@ -35,7 +32,7 @@ from tests.fakes.feishu_events import url_verification as feishu_url_verificatio
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import VERIFICATION_TOKEN as SLACK_VERIFICATION_TOKEN
 from tests.fakes.slack_events import app_mention, encode, message, sign
-from tests.harness import SIGNING_SECRET, Gateway, gateway_settings, running_gateway
+from tests.harness import SIGNING_SECRET, Gateway, feishu_gateway_settings, gateway_settings, running_gateway
 
 # Put into every hostile body: it must never reach the log.
 MARKER = "BODY-MARKER-7f3a"
@@ -173,20 +170,7 @@ async def feishu_gateway(database_url, tmp_path, caplog) -> AsyncIterator[Gatewa
     caplog.set_level(logging.INFO)
     with FakeFeishu() as feishu:
         async with FakeAnthropic() as anthropic:
-            settings = load_settings(
-                _env_file=None,
-                DATABASE_URL=database_url,
-                BA_DATA_DIR=str(tmp_path),
-                ANTHROPIC_API_KEY="test",
-                ANTHROPIC_BASE_URL=anthropic.base_url,
-                FEISHU_APP_ID=feishu.app_id,
-                FEISHU_APP_SECRET=feishu.app_secret,
-                FEISHU_VERIFICATION_TOKEN=VERIFICATION_TOKEN,
-                FEISHU_ENCRYPT_KEY=ENCRYPT_KEY,
-                FEISHU_DOMAIN=feishu.domain,
-                BA_POLL_INTERVAL=0.2,
-                BA_WORKER_PROCESSES=0,
-            )
+            settings = feishu_gateway_settings(database_url, tmp_path, anthropic, feishu)
             server = TestServer(create_app(settings))
             await server.start_server()
             try:

@@ -13,39 +13,23 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.app import RUNTIME, create_app
-from gateway.config import load_settings
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import (
-    ENCRYPT_KEY,
-    VERIFICATION_TOKEN,
     bot_mention,
     encrypted_body,
     file_event,
     signed_headers,
     text_event,
 )
-from tests.harness import Gateway
+from tests.harness import Gateway, feishu_gateway_settings
 
 
 @pytest.fixture
 async def stack(database_url, tmp_path):
     with FakeFeishu() as feishu:
         async with FakeAnthropic() as anthropic:
-            settings = load_settings(
-                _env_file=None,
-                DATABASE_URL=database_url,
-                BA_DATA_DIR=str(tmp_path),
-                ANTHROPIC_API_KEY="test",
-                ANTHROPIC_BASE_URL=anthropic.base_url,
-                FEISHU_APP_ID=feishu.app_id,
-                FEISHU_APP_SECRET=feishu.app_secret,
-                FEISHU_VERIFICATION_TOKEN=VERIFICATION_TOKEN,
-                FEISHU_ENCRYPT_KEY=ENCRYPT_KEY,
-                FEISHU_DOMAIN=feishu.domain,
-                BA_POLL_INTERVAL=0.2,
-                BA_WORKER_PROCESSES=0,
-            )
+            settings = feishu_gateway_settings(database_url, tmp_path, anthropic, feishu)
             server = TestServer(create_app(settings))
             await server.start_server()
             try:
