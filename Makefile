@@ -20,9 +20,13 @@ test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.installed
+	./scripts/ensure-postgres.sh
 	$(PY) bench/startup.py
 	$(PY) bench/turn.py
 	$(PY) bench/tokens.py
 	$(PY) bench/analytics.py
 	$(PY) bench/anomaly.py
 	$(PY) bench/ingest.py
+	$(PY) bench/feedback.py
+	$(PY) bench/schema_search.py
+	$(PY) bench/pushdown.py

@@ -1,16 +1,33 @@
-"""The contract between the gateway and a chat platform adapter."""
+"""The contract between the gateway and a chat platform.
+
+A platform is a `Platform` plugin, listed once in `adapters.registry`: its name, its settings
+(`PlatformSettings`, read from environment variables with the platform's own prefix), the
+routes it receives events on, and `build`, which makes its `PlatformAdapter` — the running
+part: route handlers, an optional long-lived connection, and the `Responder` that answers. The
+gateway iterates over the registered plugins and knows none of them by name.
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVar, cast
 
 from pydantic import BaseModel
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent_core.messages import Attachment, InboundMessage, OutboundReply
+from agent_core.messages import Attachment, InboundMessage, OutboundReply, ThreadKey
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from agent_core.governance.approval import ApprovalView
+    from agent_core.governance.approval_store import StoredApproval
+    from agent_core.monitors.model import AlertView, MonitorAction
 
 
 class ConnectionState(StrEnum):
@@ -90,6 +107,143 @@ class Responder(Protocol):
     def mention(self, user: str) -> str:
         """Markup that notifies `user` in a post (empty where the platform has none)."""
 
+    async def user_locale(self, user: str) -> str | None:
+        """`user`'s locale as the platform states it ("zh-CN", "en-US"); None where it does not
+        (then the message's own language decides)."""
+
     def dm_address(self, user: str) -> str | None:
         """The channel to post to for a direct message to `user`, when the platform can address
         a DM by user alone; None when only the DM conversation's own id will do."""
+
+    async def ask_approval(self, msg: InboundMessage, approval: ApprovalView) -> str | None:
+        """Post in `msg`'s thread what the paused query would run (source, tables, estimate,
+        the SQL collapsed) with Approve / Reject buttons whose clicks name `approval.id`;
+        returns the posted message's id, to update it with the decision."""
+
+    async def show_decision(self, msg: InboundMessage, approval: ApprovalView) -> None:
+        """Replace the buttons of the posted request with its outcome; best effort."""
+
+    async def post_alert(self, alert: AlertView) -> str | None:
+        """Post a monitor's alert as a new message in its channel, with Acknowledge and Mute
+        buttons whose clicks name `alert.id`, and its chart in the alert's thread; returns the
+        posted message's id (to update it, and to note the recovery in its thread)."""
+
+    async def update_alert(self, alert: AlertView) -> None:
+        """Replace the buttons of a posted alert with who acknowledged or muted it; best effort."""
+
+
+# --- the platform plugin contract ------------------------------------------------------------
+
+# Whether a live conversation exists for a thread key (the bot is part of that thread), so a
+# follow-up there needs no new mention.
+IsLive = Callable[[ThreadKey], Awaitable[bool]]
+Handler = Callable[["web.Request"], Awaitable["web.StreamResponse"]]
+
+
+# The stored approval of an id (None if unknown): adapters check a click against it.
+LookupApproval = Callable[[str], Awaitable["StoredApproval | None"]]
+# Records a click on a monitor alert's button (alert id, action, user) before the platform is
+# answered; returns the alert as it now reads (None if unknown), for the adapter to show.
+ActOnAlert = Callable[[str, "MonitorAction", str], Awaitable["AlertView | None"]]
+
+
+@dataclass(frozen=True)
+class GatewayServices:
+    """What the gateway lends a platform adapter when it is built."""
+
+    accept: AcceptMessage
+    is_live: IsLive
+    approvals: LookupApproval | None = None  # None: approval buttons are not answered
+    monitor_actions: ActOnAlert | None = None  # None: alert buttons are not answered
+
+
+@dataclass(frozen=True)
+class Route:
+    """An HTTP endpoint a platform receives events on, mounted whether or not it is configured
+    (unconfigured, it answers 503 saying what to set)."""
+
+    method: str
+    path: str
+
+
+class PlatformSettings(BaseSettings, ABC):
+    """A platform's settings: environment variables (and `.env`) with the subclass's
+    `env_prefix`, e.g. ``SLACK_`` for ``SLACK_BOT_TOKEN``. Loading never fails for lack of
+    credentials: an unconfigured platform is simply off."""
+
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+    @property
+    @abstractmethod
+    def configured(self) -> bool:
+        """Whether the gateway builds this platform's adapter in `serve` and its workers."""
+
+    @abstractmethod
+    def missing(self) -> list[str]:
+        """Variables that would enable (more of) this platform, for the start-up log."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """How it runs, for the start-up log ("http", "websocket", "off"); never a secret."""
+
+
+class PlatformAdapter(Protocol):
+    """A configured platform, built by its plugin: receives events and answers."""
+
+    @property
+    def responder(self) -> Responder: ...
+
+    def handler(self, route: Route) -> Handler:
+        """The aiohttp handler of one of the plugin's `routes`."""
+
+    async def start(self) -> None:
+        """Open the long-lived connection, where the configured mode has one."""
+
+    def status(self) -> ConnectionStatus | None:
+        """The long-lived connection's state for /readyz; None when there is none."""
+
+    async def stop(self) -> None:
+        """Stop receiving: in-flight events commit and are acknowledged first."""
+
+
+SettingsT = TypeVar("SettingsT", bound=PlatformSettings)
+
+
+class Platform(ABC, Generic[SettingsT]):
+    """A chat platform plugin, holding its loaded settings.
+
+    Subclasses set the class attributes and implement `build`; their module must import no
+    platform SDK at the top (every command loads the registry), only inside `build`.
+    """
+
+    name: str  # InboundMessage.platform, the /readyz connection key, the start-up log's name
+    title: str  # in messages to people ("Slack is not configured…")
+    settings_class: ClassVar[type[PlatformSettings]]  # its SettingsT
+    setup_hint: str = ""  # what to set to enable it, for the 503 of an unconfigured route
+    routes: tuple[Route, ...] = ()
+    # Loggers of its SDKs that log request bodies or tokens below WARNING.
+    quiet_loggers: tuple[str, ...] = ()
+
+    def __init__(self, settings: SettingsT) -> None:
+        self.settings = settings
+
+    @classmethod
+    def load(cls, overrides: dict[str, Any], env_file: Any = ".env") -> Self:
+        """Read the settings from the environment and `env_file`; `overrides` are keyed by
+        environment variable name (``SLACK_MODE``) and win over both."""
+        prefix = str(cls.settings_class.model_config.get("env_prefix", "")).upper()
+        own = {
+            name[len(prefix) :].lower(): value
+            for name, value in overrides.items()
+            if name.upper().startswith(prefix) and name[len(prefix) :].lower() in cls.settings_class.model_fields
+        }
+        return cls(cast(SettingsT, cls.settings_class(_env_file=env_file, **own)))
+
+    @classmethod
+    def env_name(cls, field: str) -> str:
+        """The environment variable a settings field is read from."""
+        return f"{cls.settings_class.model_config.get('env_prefix', '')}{field}".upper()
+
+    @abstractmethod
+    def build(self, services: GatewayServices) -> PlatformAdapter:
+        """The running adapter; only called when `settings.configured`."""

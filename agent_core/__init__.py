@@ -1,1 +1,10 @@
-"""Platform-agnostic agent core: message model, ReAct loop, tools, skills, persisted threads."""
+"""The platform-agnostic agent core; `agent.build_agent(config, store, …)` is its face and
+`config.AgentConfig` owns every core setting.
+
+The loop (`loop`) runs a turn as run → step → query → observe on the Anthropic Messages API,
+with typed run dependencies and turn state (`run_context`), a typed request the hooks
+transform (`request`, `hooks/`), tools (`tools/`), skills, sub-agents and context management
+(`context/`, `tokens/`). Beneath it: data access (`data/`), governed metrics (`semantic/`),
+the schema catalog (`catalog/`), data permissions, audit and approvals (`governance/`),
+metric monitors (`monitors/`), analytics and charts, the thread store (`store/`).
+"""

@@ -17,18 +17,24 @@ from agent_core.hooks.dangling import DanglingToolCallPatch
 from agent_core.hooks.memory import MemoryHook
 from agent_core.hooks.refocus import RefocusHook
 from agent_core.hooks.skills import SkillPolicyHook
+from agent_core.hooks.usage import UsageHook
 from agent_core.loop import AgentLoop
 from agent_core.memory import MemoryStore
 from agent_core.model import ModelClient
 from agent_core.prompts import system_prompt
+from agent_core.run_context import RunContext
 from agent_core.skills.loader import SkillCatalog, bundled_skills_dir, load_skills
 from agent_core.store.threads import ThreadStore
 from agent_core.subagents import DEFAULT_SUBAGENTS, TaskTool
 from agent_core.telemetry import TelemetryHook
-from agent_core.tokens import TokenCounter, check_budget, shared_cl100k
-from agent_core.tools.base import Tool, ToolContext, ToolRegistry
+from agent_core.tokens.budget import check_budget
+from agent_core.tokens.estimate import TokenCounter, shared_cl100k
+from agent_core.tokens.prices import ModelTable
+from agent_core.tools.approval_gate import ApprovalGate
+from agent_core.tools.base import Tool
 from agent_core.tools.catalog import default_tools, tools_prompt_section
 from agent_core.tools.memory_tool import MemoryTool
+from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.skill_tools import skill_tools
 from agent_core.tools.todo import TodoTool
 from agent_core.tracing import TracingHook
@@ -62,14 +68,22 @@ def build_agent(
     catalog = load_skill_catalog(config)
     memory = MemoryStore(config.data_dir / "memory")
     tools = ToolRegistry(
-        [*default_tools(config), TodoTool(), *skill_tools(catalog), MemoryTool(memory, sessions), *extra_tools]
+        [*default_tools(config, sessions), TodoTool(), *skill_tools(catalog), MemoryTool(memory, sessions), *extra_tools]
     )
+    models = ModelTable()
+    usage = UsageHook(models)
     telemetry = TelemetryHook(sessions)
 
-    def subagent_hooks() -> list[Hook]:
-        return [PromptCachingHook(), telemetry]
+    async def budget(ctx: RunContext) -> str | None:
+        return await check_budget(
+            config.budgets, usage=ctx.turn.usage, user=ctx.user, sessions=sessions, language=ctx.language
+        )
 
-    tools.register(TaskTool(model, tools, DEFAULT_SUBAGENTS, hooks=subagent_hooks))
+    def subagent_hooks() -> list[Hook]:
+        return [PromptCachingHook(), usage, telemetry]
+
+    gate = ApprovalGate(tools, config.access_policy, config.approval_rows)
+    tools.register(TaskTool(model, tools, DEFAULT_SUBAGENTS, hooks=subagent_hooks, budget=budget, gate=gate))
     hooks: list[Hook] = [  # the order documented in agent_core.hooks
         MemoryHook(memory, sessions),
         SkillPolicyHook(),
@@ -78,18 +92,17 @@ def build_agent(
             model,
             config=config.compression,
             counter=TokenCounter(shared_cl100k()),
+            models=models,
             store=store,
-            telemetry=telemetry,
+            summary_observers=[usage, telemetry],
         ),
         RefocusHook(config.refocus),
         PromptCachingHook(),
         DanglingToolCallPatch(store),
+        usage,
         telemetry,
         TracingHook(),  # a no-op unless a tracer provider is configured
     ]
-
-    async def budget(ctx: ToolContext) -> str | None:
-        return await check_budget(config.budgets, usage=ctx.state.usage, user=ctx.user, sessions=sessions)
 
     return AgentLoop(
         model=model,
@@ -99,4 +112,5 @@ def build_agent(
         max_iterations=config.max_iterations,
         hooks=hooks,
         budget=budget,
+        gate=gate,
     )

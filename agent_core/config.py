@@ -11,13 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agent_core.data.errors import DataSourceConfigError
 from agent_core.data.source_config import DataSourceConfig, parse_datasources
+from agent_core.governance.policy import AccessPolicy
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
+# sqlglot's name for the SQL of each kind of data source.
+SQL_DIALECTS = {"postgresql": "postgres", "mysql": "mysql", "duckdb": "duckdb"}
 
 
 class CompressionConfig(BaseModel):
@@ -72,6 +75,23 @@ class AgentConfig(BaseSettings):
     datasources: Annotated[dict[str, DataSourceConfig], NoDecode] = Field(
         default_factory=dict, validation_alias="BA_DATASOURCES"
     )
+    # The schema catalog behind search_schema: re-read each source this often; verified
+    # question → SQL examples (YAML, see agent_core.catalog.examples).
+    catalog_refresh_hours: float = Field(24.0, gt=0, validation_alias="BA_CATALOG_REFRESH_HOURS")
+    examples_file: Path | None = Field(None, validation_alias="BA_EXAMPLES_FILE")
+    # Governed metrics: dbt Semantic Layer YAML, <dir>/<source>/*.yml (agent_core.semantic);
+    # None: the bundled demo model over the demo data.
+    semantic_dir: Path | None = Field(None, validation_alias="BA_SEMANTIC_DIR")
+    # Who may read which rows and columns of the sources (a YAML file, agent_core.governance);
+    # read and checked here, so an invalid file stops start-up. Declared after `datasources`:
+    # its row filters are checked in their source's SQL dialect.
+    access_policy: Annotated[AccessPolicy | None, NoDecode] = Field(
+        None, validation_alias="BA_ACCESS_POLICY"
+    )
+    # A query the engine estimates (EXPLAIN) to scan more rows than this waits for an approval
+    # in the thread (None: no row threshold); a pending approval expires after the TTL.
+    approval_rows: int | None = Field(None, ge=0, validation_alias="BA_APPROVAL_ROWS")
+    approval_ttl_minutes: float = Field(60.0, gt=0, validation_alias="BA_APPROVAL_TTL_MINUTES")
     max_upload_mb: int = Field(50, ge=1, le=2048, validation_alias="BA_MAX_UPLOAD_MB")
     compress_at: float = Field(0.8, gt=0.1, lt=1.0, validation_alias="BA_COMPRESS_AT")
     refocus_every: int = Field(5, ge=1, validation_alias="BA_REFOCUS_EVERY")
@@ -81,6 +101,10 @@ class AgentConfig(BaseSettings):
     user_daily_token_budget: int | None = Field(
         None, gt=0, validation_alias="BA_USER_DAILY_TOKEN_BUDGET"
     )
+    # The data-access audit (agent_core.governance.audit): rows each user's queries on the
+    # sources may return per UTC day (None: no limit), and how long its records are kept.
+    user_daily_rows: int | None = Field(None, gt=0, validation_alias="BA_USER_DAILY_ROWS")
+    audit_retention_days: int = Field(365, ge=1, validation_alias="BA_AUDIT_RETENTION_DAYS")
 
     @field_validator("data_dir")
     @classmethod
@@ -104,6 +128,23 @@ class AgentConfig(BaseSettings):
             except DataSourceConfigError as exc:
                 raise ValueError(str(exc)) from None
         return value
+
+    @field_validator("access_policy", mode="before")
+    @classmethod
+    def _load_access_policy(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, str | Path):
+            return value
+        if not str(value).strip():
+            return None
+        from agent_core.governance.loader import load_policy  # the SQL parser loads only if set
+
+        sources = info.data.get("datasources")
+        dialects = (
+            {name: SQL_DIALECTS[cfg.kind] for name, cfg in sources.items()}
+            if isinstance(sources, dict)
+            else None
+        )
+        return load_policy(Path(value), dialects)  # PolicyFileError is a ValueError
 
     @property
     def model_configured(self) -> bool:

@@ -13,6 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from agent_core.i18n import Language, reply_language
+from agent_core.provenance import Provenance
+
 SCHEMA_VERSION = 2  # see agent_core.store.schema for the upgrades from older rows
 
 
@@ -119,6 +122,13 @@ class Attachment(BaseModel):
     url: str | None = None
 
 
+class ApprovalClick(BaseModel):
+    """A decision on an approval request posted in a thread (a button, or the expiry sweep)."""
+
+    approval_id: str
+    choice: Literal["approve", "reject", "expire"]
+
+
 class InboundMessage(BaseModel):
     """A user message addressed to the bot, already verified and parsed by its adapter."""
 
@@ -131,10 +141,23 @@ class InboundMessage(BaseModel):
     reply_in_thread: str | None  # thread root to answer in; None answers at the top level
     user: str
     user_name: str | None = None
+    # The user's locale as their platform states it ("zh-CN", "en-US"), None where it does not.
+    locale: str | None = None
     text: str
     is_dm: bool = False
     attachments: list[Attachment] = Field(default_factory=list)
     received_at: datetime = Field(default_factory=utcnow)
+    # Set on a click on an approval request's buttons (an "action" event, `text` is empty): its
+    # `message_id` is the approval's, so a second decision on it is a duplicate of the first.
+    approval: ApprovalClick | None = None
+    # Set on a scheduled run (a report: "report:<schedule id>"): nobody asks live, `user` is
+    # its creator, whose access limits the run on top of where it posts (agent_core.governance).
+    scheduled_run: str | None = None
+
+    @property
+    def language(self) -> Language:
+        """The language the bot writes to this user in (see `agent_core.i18n.reply_language`)."""
+        return reply_language(self.locale, self.text)
 
     @property
     def dedupe_key(self) -> str:
@@ -151,7 +174,9 @@ class OutboundFile(BaseModel):
 
 
 class OutboundReply(BaseModel):
-    """What the agent answers: Markdown text plus files to post beside it."""
+    """What the agent answers: Markdown text plus files to post beside it, and where its data
+    came from (None: the answer used no data) for the adapter to show under it."""
 
     text: str
     files: list[OutboundFile] = Field(default_factory=list)
+    provenance: Provenance | None = None

@@ -1,5 +1,8 @@
 """Calls to the Anthropic Messages API, streamed, with usage and a clear failure mode.
 
+This is the edge: the typed `ModelRequest` the hooks shaped becomes the API's request body
+here (`api_body`), and the API's answers and errors become typed results here.
+
 The SDK retries 429/5xx/529 answers on its own. What it cannot retry is an error that arrives
 inside a stream that already started (an SSE `error` event): we retry that call ourselves.
 """
@@ -8,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,7 +19,6 @@ from typing import Any
 
 import anthropic
 
-from agent_core.context import is_context_overflow, overflow_sizes
 from agent_core.messages import (
     ContentBlock,
     RedactedThinkingBlock,
@@ -24,10 +27,15 @@ from agent_core.messages import (
     ToolUseBlock,
     new_id,
 )
+from agent_core.request import ModelRequest, SystemBlock
+from agent_core.retry import backoff_delay_s
 
 log = logging.getLogger(__name__)
 
 _RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error"}
+_TOO_LONG = re.compile(r"prompt is too long|input is too long|exceeds? the (maximum )?context", re.I)
+_TOKENS = re.compile(r"(\d[\d,]*)\s*tokens\s*>\s*(\d[\d,]*)")
+EPHEMERAL = {"type": "ephemeral"}
 
 TextSink = Callable[[str], Awaitable[None]]
 
@@ -72,6 +80,84 @@ class ModelResponse:
     attempts: int = 1
 
 
+def api_system(blocks: tuple[SystemBlock, ...]) -> str | list[dict[str, Any]]:
+    """The system prompt in API shape: a plain string while it is one block without a cache
+    breakpoint, else a list of text blocks."""
+    if len(blocks) == 1 and not blocks[0].cached:
+        return blocks[0].text
+    return [
+        {"type": "text", "text": b.text, "cache_control": EPHEMERAL} if b.cached else {"type": "text", "text": b.text}
+        for b in blocks
+    ]
+
+
+def api_prefix(request: ModelRequest) -> dict[str, Any]:
+    """The request's cached prefix in API shape: system prompt and tools (for estimates)."""
+    prefix: dict[str, Any] = {"system": api_system(request.system)}
+    if request.tools:
+        prefix["tools"] = request.tools
+    return prefix
+
+
+def _marked_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    """The request's messages in API shape, with the reminder and cache breakpoints placed.
+
+    Only the newest message is copied (shallowly, block by block): the others are shared,
+    cached renderings. A reminder gets a breakpoint on the block before it, so the next
+    request reads the cache written without the reminder.
+    """
+    messages = request.messages
+    if not messages or (request.reminder is None and not request.cache_messages):
+        return messages
+    last = messages[-1]
+    content = [dict(block) for block in last["content"]]
+    if request.reminder is not None:
+        if content:
+            content[-1]["cache_control"] = EPHEMERAL
+        content.append({"type": "text", "text": request.reminder})
+    if request.cache_messages and content:
+        content[-1]["cache_control"] = EPHEMERAL
+    return [*messages[:-1], {**last, "content": content}]
+
+
+def api_body(request: ModelRequest, model: str, max_tokens: int) -> dict[str, Any]:
+    """The Messages API request body for `request` (`model` unless the request names one)."""
+    return {
+        "model": request.model or model,
+        "max_tokens": max_tokens,
+        **api_prefix(request),
+        "messages": _marked_messages(request),
+    }
+
+
+def _error_fields(exc: anthropic.APIStatusError) -> tuple[str | None, str]:
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        error = body["error"]
+        return error.get("type"), str(error.get("message", ""))
+    return None, str(exc)
+
+
+def is_context_overflow(exc: BaseException) -> bool:
+    """Whether `exc` is the API's "prompt is too long" rejection (HTTP 400 invalid_request_error).
+
+    Only this error is worth a compress-and-retry; every other 400 is a bug to surface.
+    """
+    if not isinstance(exc, anthropic.APIStatusError) or exc.status_code != 400:
+        return False
+    error_type, message = _error_fields(exc)
+    return error_type == "invalid_request_error" and bool(_TOO_LONG.search(message))
+
+
+def overflow_sizes(exc: anthropic.APIStatusError) -> tuple[int | None, int | None]:
+    """The prompt size and the limit the API reported in a context-overflow error, if it said
+    ("prompt is too long: 208310 tokens > 200000 maximum")."""
+    match = _TOKENS.search(_error_fields(exc)[1])
+    if not match:
+        return None, None
+    return int(match[1].replace(",", "")), int(match[2].replace(",", ""))
+
+
 def _stream_error_type(exc: anthropic.APIStatusError) -> str | None:
     body = exc.body
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
@@ -111,14 +197,13 @@ class ModelClient:
 
     async def complete(
         self,
-        request: dict[str, Any],
+        request: ModelRequest,
         on_text: TextSink | None = None,
         on_restart: Callable[[], Awaitable[None]] | None = None,
-        model: str | None = None,
     ) -> ModelResponse:
         """Stream one request; `on_text` receives text deltas, `on_restart` hears of a retry."""
         started = time.perf_counter()
-        params = {"model": model or self.model, "max_tokens": self.max_tokens, **request}
+        params = api_body(request, self.model, self.max_tokens)
         attempt = 0
         while True:
             attempt += 1
@@ -135,7 +220,7 @@ class ModelClient:
                 streamed_error = exc.status_code < 400 and _stream_error_type(exc) in _RETRYABLE_STREAM_ERRORS
                 if streamed_error and attempt <= self._stream_retries:
                     log.warning("model stream failed (%s), retrying", _stream_error_type(exc))
-                    await asyncio.sleep(self._retry_delay_s * attempt)
+                    await asyncio.sleep(backoff_delay_s(attempt - 1, first_s=self._retry_delay_s, max_s=30.0))
                     if on_restart is not None:
                         await on_restart()
                     continue

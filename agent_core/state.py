@@ -5,11 +5,28 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.skills.activation import SkillActivationStack
 
 TodoStatus = Literal["pending", "in_progress", "done"]
+
+
+class ApprovalRequest(BaseModel):
+    """One tool call that waits for a decision: what it would run, and who may decide."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tool_use_id: str
+    tool_name: str
+    source: str
+    tables: list[str] = Field(default_factory=list)
+    estimated_rows: int | None = None  # the engine's EXPLAIN estimate, when it was asked
+    sql: str  # as it would run, after the access policy's rewrite
+    reasons: list[str]  # why it needs approval, for the people asked
+    approvers_group: str | None = None
+    # Who may decide besides the asker, as platform:user_id (the group's members when asked).
+    approvers: list[str] = Field(default_factory=list)
 
 
 class Todo(BaseModel):
@@ -81,6 +98,8 @@ class ThreadState(BaseModel):
     usage: ThreadUsage = Field(default_factory=ThreadUsage)
     context: ContextState = Field(default_factory=ContextState)
     refocus: RefocusState = Field(default_factory=RefocusState)
+    # The tool call the turn paused on until someone approves it in the thread (agent loop).
+    paused: ApprovalRequest | None = None
 
     def open_todos(self) -> list[Todo]:
         return [t for t in self.todos if t.status != "done"]

@@ -4,6 +4,10 @@ A sub-agent starts from the task description alone — no parent messages, no to
 skills — with its own tool set and iteration limit, and returns its last non-empty text. It
 cannot start sub-agents of its own (one level of nesting). Several `task` calls in one model
 turn run in parallel (the tool is concurrency-safe).
+
+A sub-agent's model calls are billed to its parent's thread: the usage hook it shares with
+the agent counts them in the conversation's usage, and the conversation's budget check runs
+before each of its steps too.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, create_model
 
 from agent_core.hooks import Hook
-from agent_core.loop import AgentLoop, TurnEnd
+from agent_core.loop import AgentLoop, BudgetCheck, ToolGate, TurnEnd
 from agent_core.messages import Role, StandardMessage, TextBlock, new_id
 from agent_core.model import ModelClient
 from agent_core.prompts import system_prompt
+from agent_core.run_context import RunContext, RunDeps
 from agent_core.store.memory import MemoryThreadStore
-from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError, ToolRegistry
+from agent_core.tools.base import ErrorType, Tool, ToolError
+from agent_core.tools.registry import ToolRegistry
 
 
 class SubAgentSpec(BaseModel):
@@ -73,10 +79,14 @@ class TaskTool(Tool[TaskInput]):
         parent_tools: ToolRegistry,
         specs: list[SubAgentSpec],
         hooks: Callable[[], list[Hook]] = list,
+        budget: BudgetCheck | None = None,
+        gate: ToolGate | None = None,
     ) -> None:
         self._model = model
         self._specs = {spec.name: spec for spec in specs}
         self._hooks = hooks
+        self._budget = budget
+        self._gate = gate  # a query that needs an approval is refused in a sub-agent
         self._registries = {
             spec.name: ToolRegistry([t for t in (parent_tools.get(n) for n in spec.tools) if t is not None])
             for spec in specs
@@ -96,7 +106,7 @@ class TaskTool(Tool[TaskInput]):
             subagent_type=(names, Field(..., description="Which sub-agent to use.")),
         )
 
-    async def run(self, args: TaskInput, ctx: ToolContext) -> str:
+    async def run(self, args: TaskInput, ctx: RunContext) -> str:
         spec = self._specs[args.subagent_type]
         store = MemoryThreadStore()
         agent = AgentLoop(
@@ -106,19 +116,25 @@ class TaskTool(Tool[TaskInput]):
             system_prompt=system_prompt(spec.instructions),
             max_iterations=spec.max_iterations,
             hooks=self._hooks(),
+            budget=self._budget,
+            gate=self._gate,
         )
         thread_id = f"{ctx.thread_id}/task-{new_id()[:8]}"
-        sub_ctx = ToolContext(
+        deps = RunDeps(
             thread_id=ctx.thread_id,  # same workspace: the sub-agent sees the conversation's files
             data_dir=ctx.data_dir,
             channel=ctx.channel,
             user=ctx.user,
             is_dm=ctx.is_dm,
+            chat=ctx.chat,  # the asker's identity: the access policy applies as in the parent turn
+            language=ctx.language,
         )
         task = StandardMessage(thread_id=thread_id, role=Role.USER, content=[TextBlock(text=args.description)])
-        result = await agent.run_turn(thread_id, task, event_key="task", ctx=sub_ctx)
+        result = await agent.run_turn(thread_id, task, "task", deps, billed_to=ctx.turn.usage)
         if result.end is TurnEnd.MODEL_UNAVAILABLE:
             raise ToolError(result.text, ErrorType.RESOURCE_ERROR)
+        if result.provenance is not None:  # the parent's answer shows the data its sub-agent read
+            ctx.turn.data_used.extend(result.provenance.accesses)
         for message in reversed(await store.history(thread_id)):
             if message.role is Role.ASSISTANT and message.text.strip():
                 return message.text

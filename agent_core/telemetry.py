@@ -10,9 +10,10 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from agent_core.hooks import Hook
 from agent_core.messages import ToolUseBlock
 from agent_core.model import ModelResponse
+from agent_core.run_context import RunContext
 from agent_core.store.db import insert_rows
 from agent_core.store.tables import CallRecordRow
-from agent_core.tools.base import ToolContext, ToolResult
+from agent_core.tools.base import ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ class TelemetryHook(Hook):
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
 
-    async def after_model(self, response: ModelResponse, ctx: ToolContext) -> None:
+    async def after_model(self, response: ModelResponse, ctx: RunContext) -> None:
         usage = response.usage
         await self._record(
             CallRecordRow(
@@ -40,7 +41,7 @@ class TelemetryHook(Hook):
             )
         )
 
-    async def after_tool(self, call: ToolUseBlock, result: ToolResult, ctx: ToolContext) -> ToolResult:
+    async def after_tool(self, call: ToolUseBlock, result: ToolResult, ctx: RunContext) -> ToolResult:
         await self._record(
             CallRecordRow(
                 thread_id=ctx.thread_id,

@@ -7,17 +7,17 @@ OTLP/HTTP. Spans carry names, durations, token counts and error types — never 
 
 from __future__ import annotations
 
-from typing import Any
+import time
 
 from opentelemetry import trace
 
 from agent_core.hooks import Hook
-from agent_core.messages import StandardMessage, ToolUseBlock
+from agent_core.messages import ToolUseBlock
 from agent_core.model import ModelResponse
-from agent_core.tools.base import ToolContext, ToolResult
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ToolResult
 
 TRACER_NAME = "ba_agent"
-_MODEL_SPAN = "_otel_model_span"
 
 
 class TracingHook(Hook):
@@ -27,17 +27,16 @@ class TracingHook(Hook):
         self._tracer = tracer or trace.get_tracer(TRACER_NAME)
         self._tool_spans: dict[str, trace.Span] = {}
 
-    async def before_model(
-        self, request: dict[str, Any], history: list[StandardMessage], ctx: ToolContext
-    ) -> dict[str, Any]:
-        span = self._tracer.start_span("model.call", attributes={"ba.thread_id": ctx.thread_id})
-        ctx.extras[_MODEL_SPAN] = span
-        return request
-
-    async def after_model(self, response: ModelResponse, ctx: ToolContext) -> None:
-        span = ctx.extras.pop(_MODEL_SPAN, None)
-        if span is None:
-            return
+    async def after_model(self, response: ModelResponse, ctx: RunContext) -> None:
+        # The span is made once the call is over, dated back by the call's measured duration:
+        # no span has to be carried from before the call to after it, and a call that fails
+        # leaves no half-open span behind.
+        end = time.time_ns()
+        span = self._tracer.start_span(
+            "model.call",
+            attributes={"ba.thread_id": ctx.thread_id},
+            start_time=end - int(response.duration_ms * 1_000_000),
+        )
         usage = response.usage
         span.set_attributes(
             {
@@ -50,15 +49,15 @@ class TracingHook(Hook):
                 "ba.attempts": response.attempts,
             }
         )
-        span.end()
+        span.end(end_time=end)
 
-    async def before_tool(self, call: ToolUseBlock, ctx: ToolContext) -> ToolResult | None:
+    async def before_tool(self, call: ToolUseBlock, ctx: RunContext) -> ToolResult | None:
         self._tool_spans[call.id] = self._tracer.start_span(
             f"tool.{call.name}", attributes={"ba.tool": call.name, "ba.thread_id": ctx.thread_id}
         )
         return None
 
-    async def after_tool(self, call: ToolUseBlock, result: ToolResult, ctx: ToolContext) -> ToolResult:
+    async def after_tool(self, call: ToolUseBlock, result: ToolResult, ctx: RunContext) -> ToolResult:
         span = self._tool_spans.pop(call.id, None)
         if span is not None:
             span.set_attributes({"ba.success": not result.is_error, "ba.retries": result.retries})

@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 from agent_core.analytics.attribution import attribute_change  # noqa: E402
 from agent_core.analytics.rca_benchmark import NOISE_LEVELS, RootCauseCase, make_rca_case  # noqa: E402
+from agent_core.run_context import RunContext  # noqa: E402
 from agent_core.tools.analytics_tools import AttributeChangeInput, AttributeChangeTool  # noqa: E402
-from agent_core.tools.base import ToolContext  # noqa: E402
 from agent_core.workspace.local import workspace_for  # noqa: E402
 
 Element = frozenset[tuple[str, str]]
@@ -274,7 +274,7 @@ def bench_tool_and_cli() -> None:
     """One 20,000-leaf case through the tool in this process, and through the CLI."""
     case = make_rca_case(9_000_001, noise=0.1, root_causes=[{"a": "a2"}, {"a": "a3"}], magnitudes=[-1.0, -0.6])
     with tempfile.TemporaryDirectory() as data_dir:
-        ctx = ToolContext(thread_id="bench", data_dir=Path(data_dir), channel="cli", user="operator")
+        ctx = RunContext(thread_id="bench", data_dir=Path(data_dir), channel="cli", user="operator")
         csv = case.leaves.to_csv(index=False)
         asyncio.run(workspace_for(Path(data_dir), "bench").write("/data/case.csv", csv, overwrite=True))
         args = _tool_args("/data/case.csv")

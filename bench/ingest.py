@@ -1,259 +1,269 @@
-"""Ingest benchmark: how fast a signed Slack event is acknowledged, against a bare floor.
+"""Ingest benchmark: how fast signed Slack deliveries are acknowledged, against a bare floor.
 
-Each server runs as its own process on loopback and is measured in the same run with the same
-offered load (open loop: requests are sent on a fixed schedule, whether or not earlier ones
-have been answered):
+Two servers run as their own processes on loopback and take the same offered load (open
+loop, the realistic mix of bench/ingest_mix.py, latency from the scheduled send time, a 3 s
+client timeout as Slack's):
 
-- a bare slack-bolt AsyncApp with a no-op listener on aiohttp — the floor, measured first,
-  with nothing else running;
-- the gateway (`ba-agent serve`, SQLite, full path: bolt verification, parsing, the inbox
-  commit before the 200, and its worker process answering in the background through a fake
-  model that streams each answer over about two seconds, as a real model would).
+- the floor: a bare slack-bolt AsyncApp on aiohttp whose listeners do nothing;
+- the gateway: `ba-agent serve` (bolt verification, parsing, the thread lookup of follow-ups,
+  the inbox commit before the 200) with its worker processes answering in the background
+  through a fake model that streams each answer over `--answer-seconds`.
 
-The fake Slack and Anthropic servers run in a process of their own, so the load generator
-shares its interpreter with nothing, at the lowest CPU priority: in production those services
-run on other machines, so here they take only CPU nothing else wants. Prints ack latency
-p50/p99 and errors for both, and the ratio of the p99s. Target: gateway p99 within 2x of the
-floor at 200 events/s, zero errors. Each server gets 30 s (6,000 events): a p99 over 2,000
-events rests on its 20 slowest, and one scheduling hiccup of the machine moves it.
+They are measured in alternating rounds (floor, gateway, floor, gateway, …), so a noisy
+neighbour or a drifting machine hits both alike; the verdict is the per-round ratio of p99s,
+reported as its median with its spread over the rounds. Every figure is printed with the
+machine's load average.
 
-    .venv/bin/python bench/ingest.py [--rate 200] [--seconds 30]
+Modes:
+- default: `--rounds` rounds a side of `--seconds` at `--rate` deliveries/s;
+- `--sustained`: first finds how many messages/s the workers can answer, then offers that
+  (a backlog that stays flat), printing the backlog after each round and the answer latency;
+- `--curve 200,500,1000,2000`: one round a side per rate, p50/p99/errors/timeouts per rate.
+`--database-url postgresql://postgres@127.0.0.1:5432/test` runs the gateway on PostgreSQL (a
+fresh schema, dropped afterwards; default SQLite in a temp dir); `--replicas 2` runs two
+gateways on that one database behind a round-robin balancer (and two floors likewise). At
+the end the stored events are counted against the distinct messages sent: each must be stored
+exactly once, those whose acknowledgement timed out included.
+
+Targets: PostgreSQL p99 <= 2x the floor at 200/s and < 100 ms at 1,000/s per replica; SQLite
+p99 <= 1.3x the floor at 200/s; both hold 2,000/s with no error.
+
+    .venv/bin/python bench/ingest.py [--rate 200] [--rounds 10] [--seconds 5] [--database-url URL]
+    .venv/bin/python bench/ingest.py --curve 200,500,1000,2000 [--database-url URL] [--replicas 2]
+    .venv/bin/python bench/ingest.py --sustained --turns 32 --workers 2
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from multiprocessing.connection import Connection
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-
-import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.fakes.anthropic_api import FakeAnthropic, Reply, text  # noqa: E402
-from tests.fakes.slack_api import FakeSlack  # noqa: E402
-from tests.fakes.slack_events import app_mention, signed_request  # noqa: E402
-
-SECRET = "bench-signing-secret"
-
-BARE_BOLT = """
-import sys
-from aiohttp import web
-from slack_bolt.async_app import AsyncApp
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-from slack_sdk.web.async_client import AsyncWebClient
-
-client = AsyncWebClient(token="xoxb-bench", base_url=sys.argv[2])
-app = AsyncApp(client=client, signing_secret=sys.argv[3], process_before_response=True)
-
-@app.event("app_mention")
-async def noop():
-    pass
-
-async def handle(request):
-    return await to_aiohttp_response(await app.async_dispatch(await to_bolt_request(request)))
-
-async def healthz(_request):
-    return web.json_response({"ok": True})
-
-web_app = web.Application()
-web_app.router.add_post("/slack/events", handle)
-web_app.router.add_get("/healthz", healthz)
-web.run_app(web_app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
-"""
+from bench.ingest_load import Sample, offered_load, percentile, spread  # noqa: E402
+from bench.ingest_mix import Delivery, deliveries_per_message, realistic_mix  # noqa: E402
+from bench.ingest_servers import (  # noqa: E402
+    GatewayDatabase,
+    gateway_env,
+    serve_fakes,
+    start_floor,
+    start_gateway,
+    stop_process,
+    wait_ready,
+)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def load() -> str:
+    return f"load {os.getloadavg()[0]:.2f}"
 
 
-def wait_ready(port: int, timeout: float = 60) -> None:
-    """Wait until the server answers /healthz and, if it has worker processes, all are answering."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                pass
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
-                workers = json.loads(resp.read()).get("workers")
-            if workers is None or workers["ready"] == workers["configured"]:
-                return
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:  # the bare app has no /readyz
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"server on {port} did not get ready")
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def offered_load(port: int, rate: float, seconds: float, tag: str) -> tuple[list[float], int]:
-    """Send signed events at `rate`/s for `seconds`; return ack latencies (ms) and errors."""
-    url = f"http://127.0.0.1:{port}/slack/events"
-    total = int(rate * seconds)
-    requests = []
-    for i in range(total):
-        payload = app_mention(
-            "<@UBOT> how are sales?", "U1", f"C{i % 50}", ts=f"1700{i:06d}.000100", event_id=f"Ev{tag}{i}"
-        )
-        requests.append(signed_request(payload, SECRET))
-    latencies: list[float] = []
-    errors = 0
+@dataclass
+class Side:
+    """One of the two systems under test: its replicas' URLs and what it has seen so far."""
 
-    async def send(session: aiohttp.ClientSession, body: bytes, headers: dict[str, str]) -> None:
-        nonlocal errors
-        started = time.perf_counter()
-        try:
-            async with session.post(url, data=body, headers=headers) as resp:
-                await resp.read()
-                if resp.status != 200:
-                    errors += 1
-                    return
-        except aiohttp.ClientError:
-            errors += 1
-            return
-        latencies.append((time.perf_counter() - started) * 1000)
+    name: str
+    urls: list[str]
+    pids: list[int]
+    total: Sample = field(default_factory=Sample)
+    per_replica: list[Sample] = field(default_factory=list)
+    sent: set[str] = field(default_factory=set)  # the distinct messages sent
 
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        t0 = time.perf_counter()
-        tasks = []
-        for i, (body, headers) in enumerate(requests):
-            delay = t0 + i / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(send(session, body, headers)))
-        await asyncio.gather(*tasks)
-    return latencies, errors
+    def run(self, rate: float, seconds: float, timeout_s: float, tag: str) -> tuple[Sample, float]:
+        """One round; returns its sample and the servers' CPU ms per delivery."""
+        deliveries = realistic_mix(int(rate * seconds), tag)
+        cpu_before = sum(cpu_seconds(pid) for pid in self.pids)
+        samples = self.send(deliveries, rate, timeout_s)
+        cpu_ms = (sum(cpu_seconds(pid) for pid in self.pids) - cpu_before) * 1000 / max(len(deliveries), 1)
+        sample = Sample()
+        for replica, part in enumerate(samples):
+            sample.extend(part)
+            if len(self.per_replica) <= replica:
+                self.per_replica.append(Sample())
+            self.per_replica[replica].extend(part)
+        self.total.extend(sample)
+        return sample, cpu_ms
+
+    def send(self, deliveries: list[Delivery], rate: float, timeout_s: float) -> list[Sample]:
+        self.sent |= {d.message for d in deliveries}
+        samples = asyncio.run(offered_load(self.urls, deliveries, rate, timeout_s))
+        self.total.acknowledged.update(*(s.acknowledged for s in samples))
+        return samples
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    return statistics.quantiles(values, n=1000)[int(q * 1000) - 1] if len(values) > 1 else values[0]
+def ab_rounds(floor: Side, gateway: Side, db: GatewayDatabase, args: argparse.Namespace, rate: float) -> list[float]:
+    """Alternate the two sides for `args.rounds` rounds each; returns the per-round p99 ratios."""
+    ratios = []
+    for round_no in range(1, args.rounds + 1):
+        floor_sample, floor_cpu = floor.run(rate, args.seconds, args.timeout, f"f{round_no}r{rate:g}")
+        floor_load = load()
+        gw_sample, gw_cpu = gateway.run(rate, args.seconds, args.timeout, f"g{round_no}r{rate:g}")
+        ratio = gw_sample.p99 / floor_sample.p99
+        ratios.append(ratio)
+        print(f"round {round_no:2d}  floor p50 {floor_sample.p50:6.2f} p99 {floor_sample.p99:7.2f} ms "
+              f"({floor_cpu:.2f} ms CPU/delivery, {floor_load})  gateway p50 {gw_sample.p50:6.2f} "
+              f"p99 {gw_sample.p99:7.2f} ms ({gw_cpu:.2f} ms CPU/delivery, {load()})  ratio {ratio:5.2f}  "
+              f"errors {gw_sample.errors + floor_sample.errors}  timeouts {gw_sample.timeouts + floor_sample.timeouts}  "
+              f"backlog {db.open_events()}", flush=True)
+    return ratios
 
 
-def report(name: str, latencies: list[float], errors: int) -> float:
-    p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
-    print(f"{name:8s} n={len(latencies):5d}  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  errors {errors}")
-    return p99
+def curve(floor: Side, gateway: Side, db: GatewayDatabase, args: argparse.Namespace) -> None:
+    replicas = len(gateway.urls)
+    for rate in (float(r) for r in args.curve.split(",")):
+        floor_sample, floor_cpu = floor.run(rate, args.seconds, args.timeout, f"fc{rate:g}")
+        floor_load = load()
+        gw_sample, gw_cpu = gateway.run(rate, args.seconds, args.timeout, f"gc{rate:g}")
+        print(f"{rate:6g}/s ({rate / replicas:g}/s per replica)  floor p50 {floor_sample.p50:7.2f} "
+              f"p99 {floor_sample.p99:8.2f} ms errors {floor_sample.errors} timeouts {floor_sample.timeouts} "
+              f"({floor_cpu:.2f} ms CPU, {floor_load})  |  gateway p50 {gw_sample.p50:7.2f} p99 {gw_sample.p99:8.2f} ms "
+              f"errors {gw_sample.errors} timeouts {gw_sample.timeouts} ({gw_cpu:.2f} ms CPU, {load()})  "
+              f"backlog {db.open_events()}", flush=True)
 
 
-def serve_fakes(conn: Connection) -> None:
-    """Child process: the fake Slack and Anthropic servers, until the parent says stop."""
-    os.nice(19)  # stand-ins for remote services (see the module docstring)
-    with FakeSlack.in_thread(bot_token="xoxb-bench", bot_user_id="UBOT", team_id="T1") as slack, \
-            FakeAnthropic.in_thread() as model:
-        model.respond_with(lambda _request: Reply([text("Sales are up 4% week over week. " * 8)], event_delay=0.15))
-        conn.send((slack.base_url, model.base_url))
-        conn.recv()
+def wait_for_backlog(db: GatewayDatabase, limit_s: float) -> float:
+    """Wait until every stored event is answered (at most `limit_s`); returns the seconds waited."""
+    started = time.monotonic()
+    while db.open_events() and time.monotonic() - started < limit_s:
+        time.sleep(0.2)
+    return time.monotonic() - started
 
 
-def stop_process(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        print(f"warning: {proc.args[1]} did not stop within 15 s of SIGTERM", file=sys.stderr)
-        proc.kill()
+def answer_capacity(gateway: Side, db: GatewayDatabase, args: argparse.Namespace) -> float:
+    """Messages/s the workers answer: a burst of the mix, timed until it is all answered."""
+    wait_for_backlog(db, 120)
+    burst = realistic_mix(int(6 * args.turns * args.workers * len(gateway.urls) * deliveries_per_message()), "cal")
+    messages = len({d.message for d in burst})
+    started = time.monotonic()
+    gateway.send(burst, 200, args.timeout)
+    waited = wait_for_backlog(db, 300)
+    elapsed = time.monotonic() - started
+    if waited >= 300:
+        raise SystemExit("the workers did not answer the calibration burst within 5 minutes")
+    return messages / elapsed
 
 
-def measure(port: int, rate: float, seconds: float, tag: str) -> tuple[list[float], int]:
-    wait_ready(port)
-    asyncio.run(offered_load(port, 50, 1, f"warm{tag}"))  # bolt's auth.test, pools, SQLite pages
-    return asyncio.run(offered_load(port, rate, seconds, tag))
+def sustained(floor: Side, gateway: Side, db: GatewayDatabase, args: argparse.Namespace) -> list[float]:
+    capacity = answer_capacity(gateway, db, args)
+    rate = capacity * deliveries_per_message()
+    print(f"the workers answer {capacity:.1f} messages/s ({args.workers} worker process(es) x {args.turns} turns, "
+          f"{args.answer_seconds:g} s answers, {load()}): offering {rate:.1f} deliveries/s", flush=True)
+    measured_from = datetime.now(UTC)
+    ratios = ab_rounds(floor, gateway, db, args, rate)
+    waited = wait_for_backlog(db, 120)
+    answers = db.answer_seconds(measured_from)
+    print(f"answer latency (accepted -> answered) p50 {percentile(answers, 0.5):.2f} s  "
+          f"p99 {percentile(answers, 0.99):.2f} s over {len(answers)} answers; backlog drained "
+          f"{waited:.1f} s after the last round ({load()})")
+    return ratios
 
 
-def fresh_postgres_schema(url: str) -> tuple[str, str]:
-    """A new schema for this run; returns it and the URL whose search_path selects it."""
-    import uuid
+def summary(floor: Side, gateway: Side, db: GatewayDatabase, ratios: list[float]) -> None:
+    print(f"floor    {floor.total.line()}")
+    print(f"gateway  {gateway.total.line()}  ({load()})")
+    if len(gateway.per_replica) > 1:
+        for n, sample in enumerate(gateway.per_replica, 1):
+            print(f"  replica {n}  {sample.line()}")
+    if ratios:
+        print(f"p99 ratio gateway/floor: {spread(ratios)}")
+        pooled = gateway.total.p99 / floor.total.p99
+        print(f"pooled p99 {gateway.total.p99:.2f} ms vs floor {floor.total.p99:.2f} ms ({pooled:.2f}x)")
+    stored = db.stored_messages()
+    unique, acked = set(stored), gateway.total.acknowledged
+    lost, foreign = acked - unique, unique - gateway.sent
+    verdict = "OK" if len(stored) == len(unique) and not lost and not foreign else "WRONG"
+    late = len(unique - acked)
+    print(f"stored {len(stored)} events for {len(gateway.sent)} distinct messages sent, {len(acked)} acknowledged "
+          f"({verdict}: {len(stored) - len(unique)} stored twice, {len(lost)} acknowledged but not stored; "
+          f"{late} stored though never acknowledged: Slack's retry of these is a duplicate)")
 
-    import psycopg
 
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    return schema, f"{url}?options=-csearch_path%3D{schema}"
-
-
-def drop_postgres_schema(url: str, schema: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=float, default=200.0, help="deliveries/s (default 200)")
+    parser.add_argument("--rounds", type=int, default=10, help="rounds a side (default 10)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per round per side (default 5)")
+    parser.add_argument("--timeout", type=float, default=3.0, help="client timeout, s (Slack's: 3)")
+    parser.add_argument("--database-url", help="PostgreSQL server for the gateway, e.g. "
+                        "postgresql://postgres@127.0.0.1:5432/test (default: SQLite in a temp dir)")
+    parser.add_argument("--replicas", type=int, default=1, help="gateways sharing the database (PostgreSQL)")
+    parser.add_argument("--workers", type=int, default=1, help="BA_WORKER_PROCESSES per gateway")
+    parser.add_argument("--turns", type=int, default=8, help="BA_MAX_CONCURRENT_TURNS per worker")
+    parser.add_argument("--answer-seconds", type=float, default=2.0, help="how long the fake model streams an answer")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--sustained", action="store_true", help="offer what the workers can answer")
+    mode.add_argument("--curve", help="comma-separated rates, one round a side each, e.g. 200,500,1000,2000")
+    args = parser.parse_args()
+    if args.replicas > 1 and not args.database_url:
+        parser.error("--replicas needs --database-url (replicas share a PostgreSQL database)")
+    return args
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rate", type=float, default=200.0)
-    parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--database-url", help="the gateway's DATABASE_URL (default: SQLite in a temp dir), "
-                        "e.g. postgresql://postgres@127.0.0.1:5432/test; a fresh schema is used and dropped")
-    args = parser.parse_args()
-
+    args = parse_args()
     spawn = multiprocessing.get_context("spawn")
     to_fakes, fakes_end = spawn.Pipe()
-    fakes = spawn.Process(target=serve_fakes, args=(fakes_end,), daemon=True)
+    fakes = spawn.Process(target=serve_fakes, args=(fakes_end, args.answer_seconds), daemon=True)
     fakes.start()
     slack_url, model_url = to_fakes.recv()
-    print(f"offered load: {args.rate:g} events/s for {args.seconds:g} s per server, loopback")
+    started: list = []
     with tempfile.TemporaryDirectory() as tmp:
-        bare_port, gateway_port = free_port(), free_port()
-        bare = subprocess.Popen([sys.executable, "-c", BARE_BOLT, str(bare_port), slack_url, SECRET],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        db = (GatewayDatabase.postgres(args.database_url.replace("postgresql+psycopg://", "postgresql://"))
+              if args.database_url else GatewayDatabase.sqlite(Path(tmp)))
         try:
-            bare_lat, bare_err = measure(bare_port, args.rate, args.seconds, "b")
+            db.prepare()
+            env = gateway_env(db.url, Path(tmp) / "data", slack_url, model_url, args.workers, args.turns)
+            log = open(Path(tmp) / "gateway.log", "wb")  # noqa: SIM115 - closed with the directory
+            floors = [start_floor(slack_url) for _ in range(args.replicas)]
+            gateways = [start_gateway(env, Path(tmp), log) for _ in range(args.replicas)]
+            started = [proc for proc, _ in floors + gateways]
+            try:
+                for _, port in floors + gateways:
+                    wait_ready(port)
+            except TimeoutError:
+                log.flush()
+                print((Path(tmp) / "gateway.log").read_text()[-3000:], file=sys.stderr)
+                raise
+            floor = Side("floor", [f"http://127.0.0.1:{p}/slack/events" for _, p in floors], [p.pid for p, _ in floors])
+            gateway = Side("gateway", [f"http://127.0.0.1:{p}/slack/events" for _, p in gateways],
+                           [p.pid for p, _ in gateways])
+            for side in (floor, gateway):  # bolt's auth.test, connection pools, database pages
+                side.send(realistic_mix(100, f"warm{side.name}"), 50, args.timeout)
+            print(f"database {'PostgreSQL' if db.schema else 'SQLite'}, {args.replicas} replica(s), "
+                  f"{args.workers} worker process(es) x {args.turns} turns, {os.cpu_count()} CPUs, {load()}", flush=True)
+            ratios: list[float] = []
+            if args.curve:
+                curve(floor, gateway, db, args)
+            elif args.sustained:
+                ratios = sustained(floor, gateway, db, args)
+            else:
+                print(f"offered load: {args.rate:g} deliveries/s, {args.rounds} rounds a side of {args.seconds:g} s",
+                      flush=True)
+                ratios = ab_rounds(floor, gateway, db, args, args.rate)
+            summary(floor, gateway, db, ratios)
+            if ratios:
+                print(f"median p99 ratio {statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f})")
         finally:
-            stop_process(bare)
-
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("BA_", "SLACK_", "ANTHROPIC_", "DATABASE_URL"))
-        }
-        env.update(
-            BA_DATA_DIR=str(Path(tmp) / "data"),
-            SLACK_BOT_TOKEN="xoxb-bench",
-            SLACK_SIGNING_SECRET=SECRET,
-            SLACK_API_URL=slack_url,
-            ANTHROPIC_API_KEY="bench",
-            ANTHROPIC_BASE_URL=model_url,
-            BA_MAX_CONCURRENT_TURNS=os.environ.get("BENCH_TURNS", "8"),
-        )
-        schema = None
-        if args.database_url:
-            schema, env["DATABASE_URL"] = fresh_postgres_schema(args.database_url)
-        ba_agent = str(Path(sys.executable).parent / "ba-agent")
-        # The log goes into a pipe, as under a container runtime or systemd; `cat` stores it.
-        gateway_log = open(Path(tmp) / "gateway.log", "w")  # noqa: SIM115 - closed with the dir
-        log_sink = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=gateway_log)
-        gateway = subprocess.Popen([ba_agent, "serve", "--port", str(gateway_port)], env=env, cwd=tmp,
-                                   stdout=log_sink.stdin, stderr=subprocess.STDOUT)
-        log_sink.stdin.close()
-        try:
-            gw_lat, gw_err = measure(gateway_port, args.rate, args.seconds, "g")
-        finally:
-            stop_process(gateway)
+            for proc in started:
+                stop_process(proc)
             to_fakes.send("stop")
             fakes.join(timeout=15)
-            if schema is not None:
-                drop_postgres_schema(args.database_url, schema)
-    floor = report("floor", bare_lat, bare_err)
-    p99 = report("gateway", gw_lat, gw_err)
-    print(f"p99 {p99:.2f} ms vs floor {floor:.2f} ms ({p99 / floor:.2f}x), {gw_err + bare_err} errors")
+            db.drop()
 
 
 if __name__ == "__main__":

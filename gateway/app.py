@@ -4,33 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from sqlalchemy import text
 
+from adapters.base import Handler
 from agent_core.store.call_stats import call_stats
 from gateway.config import Settings
 from gateway.metrics import render_metrics
 from gateway.migrate import upgrade
-from gateway.platforms import build_platforms
+from gateway.platforms import Platforms, build_platforms
 from gateway.runtime import Runtime
 from gateway.worker_pool import WorkerPool
 
 log = logging.getLogger(__name__)
 
 RUNTIME = web.AppKey("runtime", Runtime)
-# Long-lived platform connections (Feishu long connection, Slack Socket Mode): name → status().
+# Platform connections: name → status(), None where the platform's mode has no long-lived one.
 CONNECTIONS = web.AppKey("connections", dict)
 WORKERS = web.AppKey[WorkerPool | None]("workers")
 
 
 def describe_configuration(settings: Settings) -> str:
     """One line for the start-up log: what is configured and what is missing (no secrets)."""
-    platforms = [
-        f"slack ({settings.slack_mode})" if settings.slack_configured else "slack (off)",
-        f"feishu ({settings.feishu_mode})" if settings.feishu_configured else "feishu (off)",
-    ]
+    platforms = [f"{platform.name} ({platform.settings.describe()})" for platform in settings.platforms]
     model = f"{settings.model} via {settings.base_url or 'api.anthropic.com'}"
     if not settings.model_configured:
         model += " (off)"
@@ -41,13 +38,24 @@ def describe_configuration(settings: Settings) -> str:
     )
 
 
-def not_configured(platform: str, variables: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+def not_configured(platform: str, variables: str) -> Handler:
     async def handler(_request: web.Request) -> web.Response:
         return web.json_response(
             {"ok": False, "error": f"{platform} is not configured: set {variables}"}, status=503
         )
 
     return handler
+
+
+def mount_routes(app: web.Application, settings: Settings, platforms: Platforms) -> None:
+    """Every platform's routes: its handlers when configured, else a 503 saying what to set."""
+    for platform in settings.platforms:
+        adapter = platforms.adapters.get(platform.name)
+        for route in platform.routes:
+            handler = (
+                adapter.handler(route) if adapter is not None else not_configured(platform.title, platform.setup_hint)
+            )
+            app.router.add_route(route.method, route.path, handler)
 
 
 async def healthz(_request: web.Request) -> web.Response:
@@ -63,7 +71,7 @@ async def readyz(request: web.Request) -> web.Response:
     except Exception as exc:
         return web.json_response({"ok": False, "database": f"unreachable: {type(exc).__name__}"}, status=503)
     connections = {name: status() for name, status in request.app[CONNECTIONS].items()}
-    states = {name: s.model_dump(mode="json") if s is not None else None for name, s in connections.items()}
+    states = {name: s.model_dump(mode="json") for name, s in connections.items() if s is not None}
     ok = all(s is None or s.state == "connected" for s in connections.values())
     body = {"ok": ok, "database": "ok", "connections": states}
     # Reported, not required: accepted events wait durably while a worker restarts.
@@ -95,24 +103,8 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
 
-    app[CONNECTIONS] = {}
-    if platforms.slack is not None:
-        app.router.add_post("/slack/events", platforms.slack.handle)  # answers 404 in socket mode
-    else:
-        app.router.add_post(
-            "/slack/events",
-            not_configured(
-                "Slack", "SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (or SLACK_MODE=socket and SLACK_APP_TOKEN)"
-            ),
-        )
-    if platforms.slack_socket is not None:
-        app[CONNECTIONS]["slack"] = platforms.slack_socket.status
-    if platforms.feishu is not None:
-        app.router.add_post("/feishu/events", platforms.feishu.handle)
-        if platforms.feishu.config.mode == "websocket":
-            app[CONNECTIONS]["feishu"] = platforms.feishu.status
-    else:
-        app.router.add_post("/feishu/events", not_configured("Feishu", "FEISHU_APP_ID and FEISHU_APP_SECRET"))
+    app[CONNECTIONS] = platforms.connections
+    mount_routes(app, settings, platforms)
 
     wake_forwarder: asyncio.Task[None] | None = None
 

@@ -9,9 +9,10 @@ import logging
 from adapters.base import Responder
 from adapters.download import AttachmentError
 from agent_core.data.errors import UnsupportedUploadType, UploadError
-from agent_core.data.uploads import LoadedTable, UploadLimits, load_upload, tables_of_file
+from agent_core.data.ingest import LoadedTable, load_upload, tables_of_file
+from agent_core.data.upload_limits import UploadLimits
 from agent_core.messages import InboundMessage
-from agent_core.tools.base import ToolContext
+from agent_core.run_context import RunDeps
 from agent_core.tools.sql import conversation_database
 from agent_core.workspace.backend import WorkspaceError, sanitize_filename
 from agent_core.workspace.local import workspace_for
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 async def ingest_attachments(
-    responder: Responder, msg: InboundMessage, ctx: ToolContext, limits: UploadLimits
+    responder: Responder, msg: InboundMessage, ctx: RunDeps, limits: UploadLimits
 ) -> list[str]:
     """Fetch and load each attachment; returns one note per file for the model to read.
 

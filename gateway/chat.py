@@ -6,11 +6,14 @@ import asyncio
 import getpass
 import sys
 
-from adapters.console.responder import PLATFORM, ConsoleResponder
+from adapters.console.platform import ConsolePlatform, ConsoleSettings
 from agent_core.messages import InboundMessage, ThreadKey, new_id
 from gateway.config import Settings
 from gateway.migrate import upgrade
+from gateway.platforms import gateway_services
 from gateway.runtime import Runtime
+
+PLATFORM = ConsolePlatform.name
 
 EXIT_WORDS = {"exit", "quit", ":q"}
 
@@ -19,7 +22,7 @@ async def run_chat(settings: Settings) -> None:
     """Read lines from stdin and answer them until EOF or `exit`."""
     await asyncio.to_thread(upgrade, settings.effective_database_url)
     runtime = Runtime.build(settings)
-    responder = ConsoleResponder()
+    responder = ConsolePlatform(ConsoleSettings()).build(gateway_services(runtime)).responder
     runtime.responders[PLATFORM] = responder
     runtime.start_dispatcher()
     user = getpass.getuser()

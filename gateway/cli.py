@@ -10,17 +10,19 @@ import logging
 import socket
 import sys
 
+from gateway.audit_commands import register as register_audit_commands
+from gateway.catalog_commands import register as register_catalog_commands
 from gateway.config import ConfigError, Settings, load_settings
-
-
-class StartupError(Exception):
-    """The service cannot start as configured (port taken, unsafe data source…)."""
+from gateway.metric_commands import register as register_metric_commands
+from gateway.monitor_commands import register as register_monitor_commands
+from gateway.startup_checks import StartupError, verify_start_up
 
 
 def _configure_logging(settings: Settings) -> None:
     from gateway.logs import configure_logging
 
-    configure_logging(settings.log_level, settings.log_format, settings.service_name, settings.environment)
+    quiet = [name for platform in settings.platforms for name in platform.quiet_loggers]
+    configure_logging(settings.log_level, settings.log_format, settings.service_name, settings.environment, quiet)
     if settings.otel_endpoint:
         from agent_core.tracing import configure_tracing
 
@@ -48,7 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = load_settings(**overrides)
     sock = _listening_socket(settings.host, settings.port)
     _configure_logging(settings)
-    _verify_datasources(settings)
+    verify_start_up(settings)
 
     from aiohttp import web
 
@@ -58,23 +60,11 @@ def _serve(args: argparse.Namespace) -> int:
     # What start-up built lives as long as the process: keep it out of the cyclic collector's
     # scans, whose full passes would otherwise stall the event loop for milliseconds.
     gc.freeze()
+    gc.enable()
     print(f"BA-Agent Gateway listening on http://{settings.host}:{settings.port}", flush=True)
     web.run_app(app, sock=sock, print=None, access_log=None)
     gc.unfreeze()  # let extension modules see their objects released at exit
     return 0
-
-
-def _verify_datasources(settings: Settings) -> None:
-    """Refuse data sources whose database role can do more than read (least privilege), unless
-    the operator set `allow_privileged` for that source (then logged at WARNING every start)."""
-    if not settings.datasources:
-        return
-    from agent_core.data.privileges import PrivilegedSourceError, verify_sources
-
-    try:
-        verify_sources(settings.datasources, logging.getLogger("gateway.datasources"))
-    except PrivilegedSourceError as exc:
-        raise StartupError(f"BA_DATASOURCES: {exc}") from None
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -83,7 +73,8 @@ def _worker(args: argparse.Namespace) -> int:
     settings = load_settings()
     _configure_logging(settings)
     if not args.supervised:  # serve checked the sources before starting its workers
-        _verify_datasources(settings)
+        verify_start_up(settings)
+    gc.enable()  # a long-running process (see main)
     asyncio.run(run_worker(settings, supervised=args.supervised))
     return 0
 
@@ -93,7 +84,8 @@ def _chat(_args: argparse.Namespace) -> int:
 
     settings = load_settings()
     logging.basicConfig(level=logging.WARNING)
-    _verify_datasources(settings)
+    verify_start_up(settings)
+    gc.enable()  # a long-running process (see main)
     asyncio.run(run_chat(settings))
     return 0
 
@@ -157,8 +149,9 @@ def _tool_run(args: argparse.Namespace) -> int:
     from gateway.tool_runner import run_tool
 
     settings = load_settings()
-    _verify_datasources(settings)
-    return asyncio.run(run_tool(settings, args.name, args.json, args.thread))
+    verify_start_up(settings)
+    run_as = (args.platform, args.user, args.channel)
+    return asyncio.run(run_tool(settings, args.name, args.json, args.thread, run_as))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -201,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     tool_run.add_argument("name", help="tool name, e.g. sql_query")
     tool_run.add_argument("--json", default="{}", help="the tool's input as a JSON object")
     tool_run.add_argument("--thread", default="cli", help="conversation whose workspace to use")
+    tool_run.add_argument("--platform", help="run as a chat user of this platform (with --user)")
+    tool_run.add_argument("--user", help="that user's id: the access policy applies as in their DM")
+    tool_run.add_argument("--channel", help="…or as in this channel, whose audience then decides")
     tool_run.set_defaults(func=_tool_run)
 
     memory = commands.add_parser("memory", help="show or edit the agent's memory files")
@@ -215,10 +211,18 @@ def build_parser() -> argparse.ArgumentParser:
         if action == "edit":
             sub.add_argument("--set", help="replace the file with this text instead of opening $EDITOR")
         sub.set_defaults(func=_memory)
+    register_metric_commands(commands)
+    register_catalog_commands(commands)
+    register_audit_commands(commands)
+    register_monitor_commands(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Loading a command creates a few hundred thousand long-lived objects (models, SQL grammars)
+    # that the cyclic collector would otherwise scan again and again while they load: a third of
+    # a short command's run time. Long-running commands turn it back on once they are built.
+    gc.disable()
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -12,15 +12,20 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 from opentelemetry import trace
 
 from adapters.base import AnswerStream, Responder
-from agent_core.data.uploads import UploadLimits
+from agent_core.data.upload_limits import UploadLimits
+from agent_core.governance.approval import ApprovalStatus, may_decide, verdict_of
+from agent_core.governance.approval_store import ApprovalStore, StoredApproval
 from agent_core.hooks import TurnObserver
-from agent_core.loop import AgentLoop
+from agent_core.i18n import t
+from agent_core.loop import AgentLoop, TurnResult
 from agent_core.messages import (
+    ApprovalClick,
     InboundMessage,
     OutboundReply,
     Role,
@@ -29,8 +34,11 @@ from agent_core.messages import (
     ToolUseBlock,
     new_id,
 )
+from agent_core.retry import backoff_delay_s
+from agent_core.run_context import RunDeps
 from agent_core.store.threads import ThreadStore
-from agent_core.tools.base import ToolContext, ToolResult
+from agent_core.tools.base import ToolResult
+from agent_core.tools.progress import step_title
 from agent_core.tracing import TRACER_NAME
 from gateway.attachments import ingest_attachments
 from gateway.inbox import Inbox
@@ -40,11 +48,9 @@ from gateway.tables import EventStatus, InboundEventRow
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
-RESET_COMMANDS = {"new", "reset", "/new", "/reset", "new conversation"}
-RESET_REPLY = "Started a fresh conversation. What would you like to analyse?"
-FAILURE_REPLY = "Sorry, something went wrong while answering this message. (reference {ref})"
+RESET_COMMANDS = {"new", "reset", "/new", "/reset", "new conversation", "新对话", "重新开始"}
 
-ToolContextFactory = Callable[[InboundMessage, str], ToolContext]
+RunDepsFactory = Callable[[InboundMessage, str], RunDeps]
 
 
 class _ProgressObserver(TurnObserver):
@@ -66,12 +72,13 @@ class _ProgressObserver(TurnObserver):
 
     async def on_tool_start(self, call: ToolUseBlock) -> None:
         self._text = ""
-        await self._responder.show_status(self._msg, f"Running {call.name}…")
+        await self._responder.show_status(self._msg, step_title(call, self._msg.language))
 
     async def on_tool_end(self, call: ToolUseBlock, result: ToolResult) -> None:
         if result.is_error:  # a failed step must not look like a successful one
             kind = result.error_type.value if result.error_type else "error"
-            await self._responder.show_status(self._msg, f"{call.name} failed ({kind})")
+            status = t(self._msg.language, "{tool} failed ({kind})", tool=call.name, kind=kind)
+            await self._responder.show_status(self._msg, status)
 
 
 class Dispatcher:
@@ -82,28 +89,38 @@ class Dispatcher:
         store: ThreadStore,
         agent: AgentLoop | None,
         responders: dict[str, Responder],
-        tool_context: ToolContextFactory,
+        run_deps: RunDepsFactory,
         concurrency: int = 8,
         lease_seconds: float = 60.0,
         poll_interval_s: float = 1.0,
         upload_limits: UploadLimits | None = None,
+        approvals: ApprovalStore | None = None,
+        approval_ttl: timedelta = timedelta(hours=1),
     ) -> None:
         self._inbox = inbox
         self._ledger = ledger
         self._store = store
         self._agent = agent
         self._responders = responders
-        self._tool_context = tool_context
+        self._run_deps = run_deps
         self._concurrency = concurrency
         self._lease_seconds = lease_seconds
         self._poll_interval_s = poll_interval_s
         self._upload_limits = upload_limits or UploadLimits()
+        self._approvals = approvals
+        self._approval_ttl = approval_ttl
         self._process_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
         self._slots = asyncio.Semaphore(self._concurrency)
-        self._tasks = [asyncio.create_task(self._claim_loop(), name="dispatcher")]
+        # Workers on other replicas hear of new events through the database, not a poll.
+        self._tasks = [
+            asyncio.create_task(self._claim_loop(), name="dispatcher"),
+            asyncio.create_task(self._inbox.listen_for_work(), name="inbox-listener"),
+        ]
+        if self._approvals is not None:
+            self._tasks.append(asyncio.create_task(self._expire_approvals(), name="approval-expiry"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -182,56 +199,151 @@ class Dispatcher:
             await self._inbox.finish(row.id, EventStatus.FAILED, "platform not configured")
             return True
         await self._inbox.start(row.id)
+        if msg.locale is None:  # looked up here, not on the acknowledgement path
+            msg = msg.model_copy(update={"locale": await responder.user_locale(msg.user)})
         attempt = row.attempts + 1
         delivery_id = f"ev{row.id}"
         try:
-            if attempt == 1:
+            if attempt == 1 and msg.approval is None:
                 await responder.show_progress(msg)
             reply = await self._reply_for(msg, responder, delivery_id)
-            await self._deliver(row.id, msg, responder, reply, delivery_id)
-            await responder.clear_progress(msg)
+            if reply is not None:  # None: the turn waits for an approval, or nothing to say
+                await self._deliver(row.id, msg, responder, reply, delivery_id)
+            if msg.approval is None:
+                await responder.clear_progress(msg)
             await self._inbox.finish(row.id, EventStatus.DONE)
             return True
         except Exception as exc:
             ref = new_id()[:12]
             log.exception("event %s attempt %d failed (reference %s)", row.id, attempt, ref)
             if attempt < MAX_ATTEMPTS:
-                delay = min(2.0**attempt, 60.0)
+                delay = backoff_delay_s(attempt, first_s=1.0, max_s=60.0)
                 await self._inbox.retry_later(row.id, delay, f"{type(exc).__name__} ({ref})")
                 return False
             await self._inbox.finish(row.id, EventStatus.FAILED, f"{type(exc).__name__} ({ref})")
             with contextlib.suppress(Exception):
-                await responder.deliver(msg, OutboundReply(text=FAILURE_REPLY.format(ref=ref)), f"{delivery_id}-failed")
+                apology = t(msg.language, "Sorry, something went wrong while answering this message. (reference {ref})", ref=ref)
+                await responder.deliver(msg, OutboundReply(text=apology), f"{delivery_id}-failed")
             return True
 
-    async def _reply_for(self, msg: InboundMessage, responder: Responder, delivery_id: str) -> OutboundReply:
+    async def _reply_for(
+        self, msg: InboundMessage, responder: Responder, delivery_id: str
+    ) -> OutboundReply | None:
+        if msg.approval is not None:
+            return await self._decide(msg, msg.approval, responder, delivery_id)
         if msg.is_dm and msg.text.strip().lower() in RESET_COMMANDS:
             await self._store.reset(msg.thread)
-            return OutboundReply(text=RESET_REPLY)
+            return OutboundReply(text=t(msg.language, "Started a fresh conversation. What would you like to analyse?"))
         if self._agent is None:
             return OutboundReply(
-                text="The analysis model is not configured yet (set ANTHROPIC_API_KEY). "
-                "Your message was received."
+                text=t(
+                    msg.language,
+                    "The analysis model is not configured yet (set ANTHROPIC_API_KEY). Your message was received.",
+                )
             )
         thread_id = await self._store.open(msg.thread, dm_owner=msg.user if msg.is_dm else None)
-        ctx = self._tool_context(msg, thread_id)
-        notes = await ingest_attachments(responder, msg, ctx, self._upload_limits) if msg.attachments else []
+        await self._withdraw_approvals(thread_id, responder)
+        deps = self._run_deps(msg, thread_id)
+        notes = await ingest_attachments(responder, msg, deps, self._upload_limits) if msg.attachments else []
+        agent = self._agent
+
+        async def turn(observer: TurnObserver) -> TurnResult:
+            message = _user_message(thread_id, msg, notes)
+            return await agent.run_turn(thread_id, message, event_key=msg.dedupe_key, deps=deps, observer=observer)
+
+        result = await self._traced(msg, thread_id, responder, delivery_id, turn)
+        return await self._reply_or_ask(result, msg, thread_id, responder)
+
+    async def _traced(
+        self,
+        msg: InboundMessage,
+        thread_id: str,
+        responder: Responder,
+        delivery_id: str,
+        turn: Callable[[TurnObserver], Awaitable[TurnResult]],
+    ) -> TurnResult:
+        """Run ``turn`` (a new one or a resumed one) with live progress, in a trace span."""
         stream = await responder.open_stream(msg, delivery_id)
         observer = _ProgressObserver(responder, msg, stream)
         tracer = trace.get_tracer(TRACER_NAME)
         try:
             with tracer.start_as_current_span("turn", attributes={"ba.platform": msg.platform, "ba.thread_id": thread_id}):
-                result = await self._agent.run_turn(
-                    thread_id,
-                    _user_message(thread_id, msg, notes),
-                    event_key=msg.dedupe_key,
-                    ctx=ctx,
-                    observer=observer,
-                )
+                return await turn(observer)
         finally:
             if stream is not None:
                 await stream.close()
-        return OutboundReply(text=result.text, files=ctx.produced_files)
+
+    async def _reply_or_ask(
+        self, result: TurnResult, msg: InboundMessage, thread_id: str, responder: Responder
+    ) -> OutboundReply | None:
+        """The answer to post, or None after posting the approval request the turn waits for."""
+        if result.approval is None:
+            return OutboundReply(text=result.text, files=result.files, provenance=result.provenance)
+        if self._approvals is None:
+            raise RuntimeError("a turn paused for an approval, but approvals are not stored")
+        approval = await self._approvals.open(thread_id, msg, result.approval, self._approval_ttl)
+        if approval.message_ref is None:  # not posted yet (a retry after a crash finds it posted)
+            ref = await responder.ask_approval(msg, approval)
+            await self._approvals.set_message_ref(approval.id, ref or "")
+        return None
+
+    async def _decide(
+        self, click: InboundMessage, action: ApprovalClick, responder: Responder, delivery_id: str
+    ) -> OutboundReply | None:
+        """Settle an approval (once: a double click is a duplicate event, a late one finds it
+        decided) and resume its turn, as the asker, with the decision."""
+        if self._approvals is None or self._agent is None:
+            return None
+        stored = await self._approvals.get(action.approval_id)
+        if stored is None:
+            return None
+        origin = stored.origin
+        if action.choice != "expire" and not may_decide(stored, click.platform, click.user):
+            return None  # the adapter refuses these; a forged event changes nothing
+        late = action.choice == "expire" or click.received_at >= stored.expires_at
+        status = ApprovalStatus.EXPIRED if late else _DECISIONS[action.choice]
+        settled = await self._approvals.settle(stored.id, status, None if late else click.user)
+        if settled is None or settled.status is ApprovalStatus.WITHDRAWN:
+            return None
+        with contextlib.suppress(Exception):  # the buttons' update is cosmetic
+            await responder.show_decision(origin, settled)
+        thread_id = await self._store.open(origin.thread, dm_owner=origin.user if origin.is_dm else None)
+        verdicts = [
+            verdict_of(a, who=a.decided_by)
+            for a in await self._approvals.settled_in(thread_id)
+            if a.status is not ApprovalStatus.WITHDRAWN
+        ]
+        deps = self._run_deps(origin, thread_id)  # the asker's identity: their policy applies
+        agent = self._agent
+
+        async def turn(observer: TurnObserver) -> TurnResult:
+            return await agent.resume_turn(thread_id, verdicts, deps, observer)
+
+        result = await self._traced(origin, thread_id, responder, delivery_id, turn)
+        return await self._reply_or_ask(result, origin, thread_id, responder)
+
+    async def _withdraw_approvals(self, thread_id: str, responder: Responder) -> None:
+        """A new message in a thread supersedes the approvals it still waits for."""
+        if self._approvals is None:
+            return
+        for pending in await self._approvals.pending_in(thread_id):
+            settled = await self._approvals.settle(pending.id, ApprovalStatus.WITHDRAWN, None)
+            if settled is not None and settled.status is ApprovalStatus.WITHDRAWN:
+                with contextlib.suppress(Exception):
+                    await responder.show_decision(pending.origin, settled)
+
+    async def _expire_approvals(self) -> None:
+        """Turn each approval nobody decided in time into an "expire" event of its thread: the
+        paused turn then resumes with the expiry as its result (a click racing it is the same
+        event, so only one of them is accepted)."""
+        assert self._approvals is not None
+        while True:
+            try:
+                for approval in await self._approvals.expired_pending():
+                    await self._inbox.accept(expiry_event(approval))
+            except Exception:
+                log.exception("could not expire pending approvals")
+            await asyncio.sleep(max(self._poll_interval_s, 1.0))
 
     async def _deliver(
         self, row_id: int, msg: InboundMessage, responder: Responder, reply: OutboundReply, delivery_id: str
@@ -241,6 +353,13 @@ class Dispatcher:
             return  # posted before a crash; only the bookkeeping was missing
         await responder.deliver(msg, pending.reply, delivery_id, resumed=pending.resumed)
         await self._ledger.mark_sent(delivery_id)
+
+
+_DECISIONS = {"approve": ApprovalStatus.APPROVED, "reject": ApprovalStatus.REJECTED}
+
+
+def expiry_event(approval: StoredApproval) -> InboundMessage:
+    return approval.click("expire", event_id=f"approval-expired:{approval.id}", user=approval.origin.user)
 
 
 def _user_message(thread_id: str, msg: InboundMessage, attachment_notes: list[str]) -> StandardMessage:

@@ -9,21 +9,25 @@ and a crashed process's threads are picked up by anyone once its lease expires.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Select, bindparam, delete, func, select, update
+from sqlalchemy import Select, bindparam, delete, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import aliased
 from sqlmodel import col
 
 from adapters.base import AcceptOutcome
-from agent_core.messages import InboundMessage, utcnow
+from agent_core.messages import InboundMessage, ThreadKey, utcnow
+from agent_core.retry import backoff_delay_s
 from agent_core.store.db import sqlite_pragmas
 from agent_core.store.types import UTCDateTime
+from gateway.inbox_postgres import LIVE_THREAD_SQL, PostgresInboxWriter, conninfo_of, listen_for_work
 from gateway.tables import EventStatus, InboundEventRow, ThreadLeaseRow
 
 _OPEN = (EventStatus.PENDING.value, EventStatus.PROCESSING.value)
@@ -64,6 +68,7 @@ def _threads_with_work_statement() -> Select:
 
 
 _THREADS_WITH_WORK = _threads_with_work_statement()
+_ASYNC_COMMIT = text("SET LOCAL synchronous_commit TO OFF")
 
 
 class SQLiteInboxWriter:
@@ -84,6 +89,7 @@ class SQLiteInboxWriter:
         f"INSERT INTO {InboundEventRow.__tablename__} ({', '.join(_COLUMNS)}) "
         f"VALUES ({', '.join(':' + c for c in _COLUMNS)}) ON CONFLICT DO NOTHING RETURNING id"
     )
+    _LIVE_THREAD_SQL = LIVE_THREAD_SQL.replace("%s", "?")
     BUSY_DEADLINE_S = 2.0  # within the platforms' 3 s acknowledgement window
     SPIN_S = 0.002
 
@@ -103,7 +109,7 @@ class SQLiteInboxWriter:
             params[column] = self._time(params[column])
         loop = asyncio.get_running_loop()
         started = loop.time()
-        delay = 0.001
+        sleeps = 0
         while True:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
@@ -115,8 +121,8 @@ class SQLiteInboxWriter:
             if waited < self.SPIN_S:
                 time.sleep(0.00005)
             else:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.02)
+                await asyncio.sleep(backoff_delay_s(sleeps, first_s=0.001, max_s=0.02))
+                sleeps += 1
         try:
             inserted = self._conn.execute(self._SQL, params).fetchone()
             self._conn.execute("COMMIT")
@@ -125,59 +131,12 @@ class SQLiteInboxWriter:
             raise
         return inserted is not None
 
+    def thread_is_live(self, thread_key: str) -> bool:
+        """Whether a live conversation exists for the thread (a read: never waits for the lock)."""
+        return self._conn.execute(self._LIVE_THREAD_SQL, (thread_key,)).fetchone() is not None
+
     def close(self) -> None:
         self._conn.close()
-
-
-class PostgresInboxWriter:
-    """Inserts accepted events into PostgreSQL with psycopg directly, one round trip each.
-
-    The acknowledgement's critical path: through SQLAlchemy's async engine every accept paid
-    a pool checkout with a pre-ping (a round trip), BEGIN, the INSERT and COMMIT, plus the
-    statement's compilation. Here the INSERT is a server-side prepared statement run in
-    autocommit on a small pool of its own that is opened once and kept (no connection bursts
-    under load), so an accept is one round trip.
-    """
-
-    _SQL = (
-        f"INSERT INTO {InboundEventRow.__tablename__} ({', '.join(SQLiteInboxWriter._COLUMNS)}) "
-        f"VALUES ({', '.join('%(' + c + ')s' for c in SQLiteInboxWriter._COLUMNS)}) "
-        "ON CONFLICT DO NOTHING RETURNING id"
-    )
-    POOL_SIZE = 4  # concurrent accepts in flight; more would only queue in the server
-
-    def __init__(self, conninfo: str) -> None:
-        from psycopg_pool import AsyncConnectionPool
-
-        self._pool = AsyncConnectionPool(
-            conninfo,
-            min_size=self.POOL_SIZE,
-            max_size=self.POOL_SIZE,
-            open=False,
-            kwargs={"autocommit": True, "prepare_threshold": 0},
-            name="inbox-accept",
-        )
-        self._opened = False
-        self._opening = asyncio.Lock()
-
-    async def open(self) -> None:
-        """Connect the pool (at start-up, so no acknowledgement waits for a connection)."""
-        async with self._opening:
-            if not self._opened:
-                await self._pool.open(wait=True, timeout=10)
-                self._opened = True
-
-    async def insert(self, row: dict[str, object]) -> bool:
-        """Insert `row` (committed on return); False when its event or message is already stored."""
-        if not self._opened:
-            await self.open()
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(self._SQL, row, prepare=True)
-            return await cursor.fetchone() is not None
-
-    async def close(self) -> None:
-        if self._opened:
-            await self._pool.close()
 
 
 class Inbox:
@@ -195,17 +154,20 @@ class Inbox:
             if engine.dialect.name == "sqlite" and database and database != ":memory:"
             else None
         )
-        self._postgres_writer = (
-            PostgresInboxWriter(engine.url.set(drivername="postgresql").render_as_string(hide_password=False))
-            if engine.dialect.name == "postgresql"
-            else None
-        )
+        self._postgres_url = conninfo_of(engine.url) if engine.dialect.name == "postgresql" else None
+        self._postgres_writer = PostgresInboxWriter(self._postgres_url) if self._postgres_url else None
         self.wakeup = asyncio.Event()
 
     async def open(self) -> None:
         """Prepare the accept path before the first event arrives."""
         if self._postgres_writer is not None:
             await self._postgres_writer.open()
+
+    async def listen_for_work(self, retry_s: float = 5.0) -> None:
+        """Set `wakeup` whenever another process (another replica) accepts an event, until
+        cancelled. PostgreSQL only; SQLite workers are woken by their serve or poll."""
+        if self._postgres_url is not None:
+            await listen_for_work(self._postgres_url, self.wakeup, retry_s)
 
     async def close(self) -> None:
         if self._sqlite_writer is not None:
@@ -240,6 +202,19 @@ class Inbox:
         self.wakeup.set()
         return AcceptOutcome.ACCEPTED
 
+    async def thread_is_live(self, key: ThreadKey) -> bool:
+        """Whether a live conversation exists for `key` (the bot is part of that thread).
+
+        `ThreadStore.is_live`'s question, asked on the accept path's own connection: a
+        follow-up in a thread is acknowledged only after it, and through the ORM session it
+        cost several times the inbox commit."""
+        if self._sqlite_writer is not None:
+            return self._sqlite_writer.thread_is_live(str(key))
+        if self._postgres_writer is not None:
+            return await self._postgres_writer.thread_is_live(str(key))
+        async with self._engine.connect() as conn:
+            return (await conn.execute(text(LIVE_THREAD_SQL.replace("%s", ":key")), {"key": str(key)})).first() is not None
+
     async def threads_with_work(self, limit: int = 32) -> list[str]:
         """Threads whose oldest unanswered event is due and that nobody holds, longest-waiting first."""
         async with self._engine.connect() as conn:
@@ -263,11 +238,11 @@ class Inbox:
             set_={"owner": lease.excluded.owner, "expires_at": lease.excluded.expires_at},
             where=(col(ThreadLeaseRow.expires_at) < now) | (col(ThreadLeaseRow.owner) == owner),
         ).returning(col(ThreadLeaseRow.owner))
-        async with self._engine.begin() as conn:
+        async with self._bookkeeping() as conn:
             return (await conn.execute(stmt)).first() is not None
 
     async def release_lease(self, thread_key: str, owner: str) -> None:
-        async with self._engine.begin() as conn:
+        async with self._bookkeeping() as conn:
             await conn.execute(
                 delete(ThreadLeaseRow).where(
                     col(ThreadLeaseRow.thread_key) == thread_key, col(ThreadLeaseRow.owner) == owner
@@ -310,8 +285,22 @@ class Inbox:
             available_at=utcnow() + timedelta(seconds=delay_s),
         )
 
-    async def _set(self, event_row_id: int, **values: object) -> None:
+    @contextlib.asynccontextmanager
+    async def _bookkeeping(self) -> AsyncIterator[AsyncConnection]:
+        """A transaction of the workers' bookkeeping (leases, event status), whose commit on
+        PostgreSQL does not wait for the disk.
+
+        Each commit that waits flushes the WAL, and the acknowledgements' commits queue behind
+        those flushes. Losing the last fraction of a second of these to a database crash is
+        harmless: a lease expires anyway, and an event whose "done" is lost is answered again
+        without a second post (the outbound ledger, committed durably, knows it was sent)."""
         async with self._engine.begin() as conn:
+            if self._postgres_writer is not None:
+                await conn.execute(_ASYNC_COMMIT)
+            yield conn
+
+    async def _set(self, event_row_id: int, **values: object) -> None:
+        async with self._bookkeeping() as conn:
             await conn.execute(
                 update(InboundEventRow)
                 .where(col(InboundEventRow.id) == event_row_id)

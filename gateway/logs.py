@@ -20,18 +20,16 @@ import re
 import sys
 import threading
 import traceback
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TextIO
 
 # Request logs of these libraries can carry URLs with tokens, or whole request bodies, below
 # WARNING: keep them at WARNING. Their levels are set here, and a filter on our handler enforces
-# the same for libraries that reset their loggers' levels later (slack-bolt does when an app is
-# built).
-_QUIET = (
-    "httpx", "httpx2", "httpcore", "httpcore2", "slack_bolt", "slack_sdk", "anthropic", "aiosqlite",
-    "alembic", "apscheduler", "Lark",
-)
+# the same for libraries that reset their loggers' levels later (some platform SDKs do when
+# their app is built). Each platform plugin adds its own SDKs' loggers (`quiet_loggers`).
+_QUIET = ("httpx", "httpx2", "httpcore", "httpcore2", "anthropic", "aiosqlite", "alembic", "apscheduler")
 
 # C0 and C1 control characters except tab, and the Unicode line and paragraph separators.
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
@@ -85,11 +83,15 @@ class TextFormatter(logging.Formatter):
 
 
 class QuietLibraries(logging.Filter):
-    """Drops records below WARNING from the libraries in ``_QUIET``, whatever their loggers'
-    levels have been reset to."""
+    """Drops records below WARNING from the given libraries' loggers (top-level names),
+    whatever their loggers' levels have been reset to."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        super().__init__()
+        self._names = names
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or record.name.split(".", 1)[0] not in _QUIET
+        return record.levelno >= logging.WARNING or record.name.split(".", 1)[0] not in self._names
 
 
 class JsonFormatter(logging.Formatter):
@@ -149,9 +151,13 @@ class _LineWriter(logging.Handler):
         super().close()
 
 
-def configure_logging(level: str, fmt: str, service: str, environment: str) -> None:
+def configure_logging(
+    level: str, fmt: str, service: str, environment: str, quiet: Iterable[str] = ()
+) -> None:
+    """Log to stderr in `fmt`; `quiet` names more libraries' loggers to keep at WARNING."""
+    quiet_names = frozenset((*_QUIET, *quiet))
     handler = _LineWriter(sys.stderr)
-    handler.addFilter(QuietLibraries())
+    handler.addFilter(QuietLibraries(quiet_names))
     if fmt == "json":
         handler.setFormatter(JsonFormatter(service, environment))
     else:
@@ -165,5 +171,5 @@ def configure_logging(level: str, fmt: str, service: str, environment: str) -> N
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for name in _QUIET:
+    for name in quiet_names:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))

@@ -1,63 +1,66 @@
 """The configured chat platforms: their adapters, built the same way in every process.
 
-The serve process mounts their event endpoints and opens their long connections; a worker
-process only uses their responders to answer.
+The serve process mounts their routes and opens their long connections; a worker process only
+uses their responders to answer. Platforms are the plugins `load_settings` read
+(`adapters.registry`); none is known here by name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-from adapters.base import Responder
-from adapters.slack.app import SlackAdapter
-from adapters.slack.socket_mode import SlackSocketMode
+from adapters.base import ConnectionStatus, GatewayServices, Platform, PlatformAdapter, Responder
 from gateway.config import Settings
+from gateway.monitors import alert_actions
 from gateway.runtime import Runtime
 
-if TYPE_CHECKING:
-    from adapters.feishu.app import FeishuAdapter
+
+def gateway_services(runtime: Runtime) -> GatewayServices:
+    """What an adapter gets from the gateway: the inbox to commit to and ask about live threads."""
+    return GatewayServices(
+        accept=runtime.inbox.accept,
+        is_live=runtime.inbox.thread_is_live,
+        approvals=runtime.approvals.get,
+        monitor_actions=alert_actions(runtime.monitors),
+    )
 
 
 @dataclass
 class Platforms:
-    slack: SlackAdapter | None = None
-    slack_socket: SlackSocketMode | None = None
-    feishu: FeishuAdapter | None = None
+    """The adapters of the configured platforms, by platform name."""
+
+    adapters: dict[str, PlatformAdapter] = field(default_factory=dict)
 
     @property
     def responders(self) -> dict[str, Responder]:
-        adapters = [a for a in (self.slack, self.feishu) if a is not None]
-        return {adapter.platform: adapter.responder for adapter in adapters}
+        return {name: adapter.responder for name, adapter in self.adapters.items()}
+
+    @property
+    def connections(self) -> dict[str, Callable[[], ConnectionStatus | None]]:
+        """Each adapter's connection status, for /readyz (None where it has no connection)."""
+        return {name: adapter.status for name, adapter in self.adapters.items()}
 
     async def start_connections(self) -> None:
-        """Open the long-lived connections (Slack Socket Mode, Feishu websocket mode)."""
-        if self.slack_socket is not None:
-            await self.slack_socket.start()
-        if self.feishu is not None:
-            await self.feishu.start()
+        """Open the long-lived connections of the modes that have one."""
+        for adapter in self.adapters.values():
+            await adapter.start()
 
     async def close(self) -> None:
-        """Stop receiving first (in-flight envelopes commit and are acknowledged), then close."""
-        if self.slack_socket is not None:
-            await self.slack_socket.stop()
-        if self.feishu is not None:
-            await self.feishu.close()
+        """Stop receiving: in-flight events commit and are acknowledged first."""
+        for adapter in self.adapters.values():
+            await adapter.stop()
+
+
+def configured(settings: Settings) -> list[Platform[Any]]:
+    """The platforms whose settings enable them."""
+    return [platform for platform in settings.platforms if platform.settings.configured]
 
 
 def build_platforms(settings: Settings, runtime: Runtime) -> Platforms:
     """Adapters for every configured platform, accepting into the runtime's inbox."""
-    platforms = Platforms()
-    slack_config = settings.slack()
-    if slack_config is not None:
-        platforms.slack = SlackAdapter(slack_config, accept=runtime.inbox.accept, known_thread=runtime.store.is_live)
-        if slack_config.mode == "socket" and slack_config.app_token is not None:
-            platforms.slack_socket = SlackSocketMode(platforms.slack, slack_config.app_token, slack_config.api_url)
-    feishu_config = settings.feishu()
-    if feishu_config is not None:
-        # lark-oapi takes seconds to import: a deployment without Feishu does not pay for it.
-        from adapters.feishu.app import FeishuAdapter
-
-        platforms.feishu = FeishuAdapter(feishu_config, accept=runtime.inbox.accept, known_thread=runtime.store.is_live)
+    services = gateway_services(runtime)
+    platforms = Platforms({platform.name: platform.build(services) for platform in configured(settings)})
     runtime.responders.update(platforms.responders)
     return platforms

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
@@ -22,18 +22,24 @@ if TYPE_CHECKING:
     from gateway.dispatcher import Dispatcher
 
 from adapters.base import Responder
+from agent_core.governance.approval_store import ApprovalStore
 from agent_core.messages import InboundMessage
+from agent_core.run_context import ChatOrigin, RunDeps
 from agent_core.store.db import create_engine, session_factory, sqlite_checkpointer
 from agent_core.store.threads import ThreadStore
-from agent_core.tools.base import ToolContext
+from agent_core.tools.schedule_tools import schedule_tools
 from gateway.cleanup import CleanupConfig
 from gateway.config import Settings
 from gateway.inbox import Inbox
+from gateway.monitor_store import MonitorStore
+from gateway.monitors import MonitorJobs, MonitorRunner
 from gateway.outbound import OutboundLedger
 from gateway.scheduler import Scheduler, SchedulerConfig
-from gateway.schedules import ScheduleStore, conversation_extras, schedule_tools
+from gateway.schedules import ScheduleStore
 
 log = logging.getLogger(__name__)
+
+CATALOG_CHECK_CRON = "41 * * * *"  # away from the full hour, when reports fire
 
 
 def scheduler_config(settings: Settings) -> SchedulerConfig:
@@ -43,6 +49,7 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
             size_cap_bytes=int(settings.data_size_cap_gb * 1024**3),
         ),
         idle_after=timedelta(minutes=settings.idle_after_minutes),
+        audit_retention=timedelta(days=settings.audit_retention_days),
     )
 
 
@@ -56,10 +63,14 @@ class Runtime:
     ledger: OutboundLedger
     scheduler: Scheduler
     schedules: ScheduleStore
+    approvals: ApprovalStore
+    monitors: MonitorStore
+    monitor_jobs: MonitorJobs
     responders: dict[str, Responder] = field(default_factory=dict)
     agent: AgentLoop | None = None
     dispatcher: Dispatcher | None = None
     _checkpointer: asyncio.Task[None] | None = None
+    _catalog_refresh: asyncio.Task | None = None
 
     @classmethod
     def build(cls, settings: Settings) -> Runtime:
@@ -73,35 +84,44 @@ class Runtime:
         scheduler = Scheduler(
             engine, inbox, schedules, responders, settings.data_dir, scheduler_config(settings)
         )
-        return cls(settings, engine, sessions, store, inbox, OutboundLedger(engine), scheduler, schedules, responders)
+        monitors = MonitorStore(sessions, settings.monitors)
+        monitor_jobs = MonitorJobs(scheduler, monitors, MonitorRunner(monitors, responders, settings, sessions))
+        return cls(
+            settings, engine, sessions, store, inbox, OutboundLedger(engine), scheduler, schedules,
+            ApprovalStore(sessions), monitors, monitor_jobs, responders,
+        )  # fmt: skip
 
     def build_agent(self) -> AgentLoop | None:
         """The agent that answers, or None when no model is configured (answers say so)."""
         if not self.settings.model_configured:
             return None
         from agent_core.agent import build_agent
+        from agent_core.monitors.tools import monitor_tools
 
         tools = schedule_tools(
             self.schedules, self.settings.schedule_admins, dm_address=self.dm_address, on_change=self.scheduler.refresh
         )
+        tools += monitor_tools(self.monitors, self.settings, self.settings.schedule_admins, on_change=self.monitor_jobs.sync)
         return build_agent(self.settings, self.store, self.sessions, extra_tools=tools)
 
     def dm_address(self, platform: str, user: str) -> str | None:
         responder = self.responders.get(platform)
         return responder.dm_address(user) if responder is not None else None
 
-    def tool_context(self, msg: InboundMessage, thread_id: str) -> ToolContext:
-        return ToolContext(
+    def run_deps(self, msg: InboundMessage, thread_id: str) -> RunDeps:
+        return RunDeps(
             thread_id=thread_id,
             data_dir=self.settings.data_dir,
             channel=msg.channel,
             user=msg.user,
             is_dm=msg.is_dm,
-            extras=conversation_extras(msg),
+            chat=ChatOrigin.of(msg),
+            language=msg.language,
+            scheduled_run=msg.scheduled_run,
         )
 
     def start_dispatcher(self) -> None:
-        from agent_core.data.uploads import UploadLimits
+        from agent_core.data.upload_limits import UploadLimits
         from gateway.dispatcher import Dispatcher
 
         self.agent = self.build_agent()
@@ -112,23 +132,44 @@ class Runtime:
             store=self.store,
             agent=self.agent,
             responders=self.responders,
-            tool_context=self.tool_context,
+            run_deps=self.run_deps,
             concurrency=self.settings.max_concurrent_turns,
             lease_seconds=self.settings.lease_seconds,
             poll_interval_s=self.settings.poll_interval_s,
             upload_limits=UploadLimits(max_bytes=self.settings.max_upload_mb * 1024**2),
+            approvals=self.approvals,
+            approval_ttl=timedelta(minutes=self.settings.approval_ttl_minutes),
         )
         self.dispatcher.start()
 
     def start_answering(self) -> None:
         """Answer the inbox in this process: the dispatcher and the scheduler's jobs."""
         self.start_dispatcher()
+        if self.settings.datasources:  # the schema catalog behind search_schema
+            from apscheduler.triggers.cron import CronTrigger
+
+            from agent_core.catalog.refresh import refresh_at_start_up
+
+            settings = self.settings
+            self._catalog_refresh = refresh_at_start_up(settings.datasources, self.sessions, settings.catalog_refresh_hours)
+            # Checked hourly, claimed by one process; only sources older than the period are read.
+            check = CronTrigger.from_crontab(CATALOG_CHECK_CRON, timezone=UTC)
+            self.scheduler.add_job("catalog-refresh", check, self._refresh_catalog)
+        self.monitor_jobs.install()
         self.scheduler.start()
+
+    async def _refresh_catalog(self, _fire_time: datetime) -> None:
+        from agent_core.catalog.refresh import refresh_catalog
+
+        stale_after = timedelta(hours=self.settings.catalog_refresh_hours)
+        await refresh_catalog(self.settings.datasources, self.sessions, stale_after=stale_after)
 
     async def close(self) -> None:
         await self.scheduler.stop()  # first: no new runs while the dispatcher winds down
         if self.dispatcher is not None:
             await self.dispatcher.stop()
+        if self._catalog_refresh is not None:
+            self._catalog_refresh.cancel()
         if self._checkpointer is not None:
             self._checkpointer.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -1,25 +1,14 @@
-"""The scheduler: periodic maintenance jobs and scheduled reports, run once across all processes.
+"""The gateway's scheduled jobs: maintenance and scheduled reports, each run once across processes.
 
-Every gateway process runs one APScheduler ``AsyncIOScheduler`` with the same jobs. Each time
-a job fires, the process first *claims the run*: it inserts a ``scheduled_runs`` row keyed by
-(job id, scheduled fire time), which a unique constraint admits once. The process whose insert
-succeeds runs the job; the others skip it. There is no leader to elect, hand over or lose, and
-a process that dies only misses the runs it had not claimed yet -- the others claim those.
-Fire times come from cron triggers, so every process computes the same ones (interval
-triggers would depend on when each process started); clock skew below a job's period does not
-matter, since the claim is keyed by the scheduled time, not by the time the process woke up.
-
-Jobs are not stored with APScheduler. The maintenance jobs are code; scheduled reports live in
-``report_schedules`` (`gateway.schedules`), which every process re-reads each minute (and at
-once after a change made through its own tools) and mirrors as in-memory jobs. APScheduler's
-``SQLAlchemyJobStore`` would add nothing but trouble here: it is synchronous (it would block
-the event loop), it pickles callables (fragile across deployments), and APScheduler 3 does not
-support several schedulers sharing one job store -- each would still run every job.
+The jobs run on :class:`gateway.cron.RunOnceCron` (each fire time claimed by one process).
+Scheduled reports live in ``report_schedules`` (`gateway.schedules`), which every process
+re-reads each minute (and at once after a change made through its own tools) and mirrors as
+in-memory jobs.
 
 The jobs:
 
-* ``cleanup`` (hourly): expired and excess generated files (`gateway.cleanup`), and run rows
-  past their retention;
+* ``cleanup`` (hourly): expired and excess generated files (`gateway.cleanup`), run rows past
+  their retention, and data-access audit records past ``BA_AUDIT_RETENTION_DAYS``;
 * ``idle-threads`` (every 5 min): flags conversations idle for a while so their next request
   carries a refocus reminder (`agent_core.hooks.refocus.mark_idle_threads`);
 * ``settle-reports`` (every minute): reads the outcome of report runs from the inbox and keeps
@@ -33,36 +22,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import cast
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import delete, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel import col
 
 from adapters.base import Responder
-from agent_core.messages import OutboundReply, new_id, utcnow
+from agent_core.governance.audit import prune_audit
+from agent_core.i18n import language_of_text, t
+from agent_core.messages import OutboundReply, utcnow
 from agent_core.store.db import session_factory
+from agent_core.tools.schedule_model import next_fire_times, parse_schedule
 from gateway.cleanup import CleanupConfig, cleanup_data_files
+from gateway.cron import RunOnceCron
 from gateway.inbox import Inbox
 from gateway.schedules import (
     ScheduleStore,
     fire_stamp,
-    next_fire_times,
     notice_message,
-    parse_schedule,
     report_event_id,
     report_message,
 )
@@ -78,7 +64,6 @@ from gateway.tables import (
 log = logging.getLogger(__name__)
 
 REPORT_JOB_PREFIX = "report:"
-JobBody = Callable[[datetime], Awaitable[object]]
 
 
 class SchedulerConfig(BaseModel):
@@ -96,73 +81,11 @@ class SchedulerConfig(BaseModel):
     # A report run still "running" after this died with its process: it counts as failed.
     stale_run_after: timedelta = timedelta(hours=1)
     run_retention: timedelta = timedelta(days=30)
+    audit_retention: timedelta = timedelta(days=365)  # BA_AUDIT_RETENTION_DAYS
 
 
 def report_job_id(schedule_id: int) -> str:
     return f"{REPORT_JOB_PREFIX}{schedule_id}"
-
-
-def latest_fire_time(trigger: BaseTrigger, now: datetime, grace: timedelta) -> datetime | None:
-    """The trigger's last fire time at or before ``now``, looking back at most ``grace``.
-
-    APScheduler does not hand a job its scheduled time; recomputing it from the trigger gives
-    every process the same value for the same run, which is what the claim is keyed by.
-    """
-    latest = None
-    fire = trigger.get_next_fire_time(None, now - grace)
-    while fire is not None and fire <= now:
-        latest = fire
-        fire = trigger.get_next_fire_time(fire, fire + timedelta(microseconds=1))
-    return latest
-
-
-class RunClaims:
-    """The ``scheduled_runs`` table: who runs which (job, fire time), and how it went."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-        self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
-
-    async def claim(
-        self, job_id: str, fire_time: datetime, owner: str, schedule_id: int | None = None
-    ) -> int | None:
-        """The new run's id, or None when another process (or an earlier call) claimed it."""
-        stmt = (
-            self._insert(ScheduledRunRow)
-            .values(
-                job_id=job_id,
-                fire_time=fire_time,
-                schedule_id=schedule_id,
-                owner=owner,
-                status=RunStatus.RUNNING.value,
-                started_at=utcnow(),
-            )
-            .on_conflict_do_nothing()
-            .returning(col(ScheduledRunRow.id))
-        )
-        async with self._engine.begin() as conn:
-            return (await conn.execute(stmt)).scalar_one_or_none()
-
-    async def finish(self, run_id: int, error: str | None = None) -> None:
-        status = RunStatus.FAILED if error else RunStatus.DONE
-        async with self._engine.begin() as conn:
-            await conn.execute(
-                update(ScheduledRunRow)
-                .where(col(ScheduledRunRow.id) == run_id)
-                .values(status=status.value, error=error, finished_at=utcnow())
-            )
-
-    async def purge(self, before: datetime) -> None:
-        """Forget runs that fired before ``before``."""
-        async with self._engine.begin() as conn:
-            await conn.execute(delete(ScheduledRunRow).where(col(ScheduledRunRow.fire_time) < before))
-
-
-@dataclass(frozen=True)
-class _Job:
-    trigger: BaseTrigger
-    body: JobBody
-    schedule_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -174,8 +97,8 @@ class _UnsettledRun:
     started_at: datetime
 
 
-class Scheduler:
-    """One per process: the APScheduler instance, the job catalogue and the job bodies."""
+class Scheduler(RunOnceCron):
+    """One per process: the maintenance and report jobs, and how report runs are settled."""
 
     def __init__(
         self,
@@ -187,6 +110,7 @@ class Scheduler:
         config: SchedulerConfig | None = None,
     ) -> None:
         self.config = config or SchedulerConfig()
+        super().__init__(engine, self.config.misfire_grace_s)
         self._engine = engine
         self._sessions = session_factory(engine)
         self._inbox = inbox
@@ -194,112 +118,27 @@ class Scheduler:
         # The runtime's dict: adapters register their responders after the scheduler is built.
         self._responders = responders
         self._data_dir = data_dir
-        self._claims = RunClaims(engine)
-        self._owner = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
-        self._aps = AsyncIOScheduler(
-            timezone=UTC,
-            job_defaults={
-                "coalesce": True,  # after a stall, run once, not once per missed time
-                "max_instances": 1,
-                "misfire_grace_time": self.config.misfire_grace_s,
-            },
-        )
-        self._jobs: dict[str, _Job] = {}
         self._report_keys: dict[str, tuple[str, str]] = {}  # job id → (cron, tz) registered
         self._refresh_lock = asyncio.Lock()
-        self._running: set[asyncio.Task[object]] = set()
-        self._started = False
         cfg = self.config
         self.add_job("cleanup", _cron(cfg.cleanup_cron), self._cleanup)
         self.add_job("idle-threads", _cron(cfg.idle_check_cron), self._mark_idle)
         self.add_job("settle-reports", _cron(cfg.settle_cron), self.settle_report_runs)
 
-    # --- lifecycle ------------------------------------------------------------------------------
-
     def start(self) -> None:
         """Start firing (call on the running event loop); report jobs load at once."""
         # Mirroring report_schedules is every process's own business: not claimed.
-        self._aps.add_job(
-            self.refresh,
-            IntervalTrigger(seconds=self.config.sync_interval_s),
-            id="sync-schedules",
-            next_run_time=utcnow(),
+        self.add_local_job(
+            "sync-schedules", IntervalTrigger(seconds=self.config.sync_interval_s), self.refresh, utcnow()
         )
-        self._aps.start()
-        self._started = True
-
-    async def stop(self) -> None:
-        """Stop firing and cancel runs in progress (their claims stay: they are not retried)."""
-        if self._started:
-            self._aps.shutdown(wait=False)
-            self._started = False
-        for task in self._running:
-            task.cancel()
-        await asyncio.gather(*self._running, return_exceptions=True)
-        await asyncio.sleep(0)  # let the scheduler's deferred shutdown run
-
-    def add_job(
-        self,
-        job_id: str,
-        trigger: BaseTrigger,
-        body: JobBody,
-        *,
-        schedule_id: int | None = None,
-        next_run_time: datetime | None = None,
-    ) -> None:
-        """Fire ``body(fire_time)`` on ``trigger``, once across all processes per fire time.
-
-        ``next_run_time`` overrides the first fire time (the trigger's next one by default).
-        """
-        self._jobs[job_id] = _Job(trigger, body, schedule_id)
-        # APScheduler reads an explicit next_run_time=None as "paused": only pass a real one.
-        first = {} if next_run_time is None else {"next_run_time": next_run_time}
-        self._aps.add_job(self._on_fire, trigger, args=[job_id], id=job_id, replace_existing=True, **first)
-
-    def remove_job(self, job_id: str) -> None:
-        if self._jobs.pop(job_id, None) is not None:
-            self._aps.remove_job(job_id)
-
-    async def _on_fire(self, job_id: str) -> None:
-        """APScheduler's entry point: work out which run this is, then claim and run it."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._running.add(task)
-        try:
-            job = self._jobs.get(job_id)
-            if job is None:
-                return
-            grace = timedelta(seconds=self.config.misfire_grace_s)
-            fire_time = latest_fire_time(job.trigger, utcnow(), grace)
-            if fire_time is None:
-                log.warning("job %s woke up with no fire time in the last %s", job_id, grace)
-                return
-            await self.run(job_id, fire_time)
-        finally:
-            self._running.discard(task)
-
-    async def run(self, job_id: str, fire_time: datetime) -> bool:
-        """Claim the run of ``job_id`` at ``fire_time`` and run it; False when it was claimed
-        elsewhere. A failing body is logged and recorded with the run, never raised."""
-        job = self._jobs[job_id]
-        run_id = await self._claims.claim(job_id, fire_time, self._owner, job.schedule_id)
-        if run_id is None:
-            log.debug("job %s at %s runs elsewhere", job_id, fire_time)
-            return False
-        try:
-            await job.body(fire_time)
-        except Exception as exc:
-            log.exception("job %s at %s failed", job_id, fire_time)
-            await self._claims.finish(run_id, f"{type(exc).__name__}: {exc}")
-        else:
-            await self._claims.finish(run_id)
-        return True
+        super().start()
 
     # --- maintenance jobs -----------------------------------------------------------------------
 
     async def _cleanup(self, fire_time: datetime) -> None:
         await cleanup_data_files(self._engine, self._data_dir, self.config.cleanup, now=fire_time)
-        await self._claims.purge(fire_time - self.config.run_retention)
+        await self.forget_runs(before=fire_time - self.config.run_retention)
+        await prune_audit(self._sessions, before=fire_time - self.config.audit_retention)
 
     async def _mark_idle(self, fire_time: datetime) -> None:
         # Imported here: the agent's hooks load only in processes that answer.
@@ -312,19 +151,17 @@ class Scheduler:
     async def refresh(self) -> None:
         """Mirror the enabled rows of ``report_schedules`` as jobs of this process."""
         async with self._refresh_lock:
-            rows = {report_job_id(row.id): row for row in await self._schedules.enabled() if row.id}
+            rows = {report_job_id(row.id): row for row in await self._schedules.enabled()}
             for job_id in [j for j in self._report_keys if j not in rows]:
                 self.remove_job(job_id)
                 del self._report_keys[job_id]
             now = utcnow()
-            grace = timedelta(seconds=self.config.misfire_grace_s)
             for job_id, row in rows.items():
                 key = (row.cron, row.tz)
                 if self._report_keys.get(job_id) == key:
                     continue
-                assert row.id is not None
                 # Due while no process had it registered (e.g. during a restart): run it now.
-                missed = row.next_run_at is not None and now - grace <= row.next_run_at <= now
+                missed = row.next_run_at is not None and now - self.grace <= row.next_run_at <= now
                 self.add_job(
                     job_id,
                     parse_schedule(row.cron, row.tz),
@@ -467,15 +304,25 @@ class Scheduler:
             return
         address = notice_message(row, now, responder.dm_address(row.creator))
         mention = "" if address.is_dm else responder.mention(row.creator)
-        head = f"{mention}Your scheduled report #{schedule_id} ({row.cron}, {row.tz}: “{_short(row.prompt)}”)"
+        language = language_of_text(row.prompt)  # the creator wrote it; no platform locale is stored
+        schedule = {"id": schedule_id, "cron": row.cron, "tz": row.tz, "prompt": _short(row.prompt), "failures": failures}
         if switched_off:
-            text = f"{head} failed {failures} times in a row and has been switched off."
-        else:
-            text = (
-                f"{head} failed {failures} times in a row. It keeps running; after "
-                f"{self.config.disable_after_failures} failures in a row it is switched off. "
-                f"Ask me to cancel schedule #{schedule_id} if it is no longer needed."
+            text = t(
+                language,
+                "Your scheduled report #{id} ({cron}, {tz}: “{prompt}”) failed {failures} times in a row "
+                "and has been switched off.",
+                **schedule,
             )
+        else:
+            text = t(
+                language,
+                "Your scheduled report #{id} ({cron}, {tz}: “{prompt}”) failed {failures} times in a row. "
+                "It keeps running; after {limit} failures in a row it is switched off. Ask me to cancel "
+                "schedule #{id} if it is no longer needed.",
+                limit=self.config.disable_after_failures,
+                **schedule,
+            )
+        text = mention + text
         delivery_id = f"schedule-{schedule_id}-{'off' if switched_off else 'failing'}-{fire_stamp(now)}"
         try:
             await responder.deliver(address, OutboundReply(text=text), delivery_id)

@@ -14,7 +14,7 @@ from agent_core.store.call_stats import call_stats
 from agent_core.store.db import create_engine, session_factory
 from agent_core.store.tables import MessageRow, ThreadRow
 from agent_core.store.threads import ThreadStore
-from agent_core.tokens import usage_lines
+from agent_core.tokens.usage import usage_lines
 from gateway.config import Settings
 
 

@@ -1,19 +1,31 @@
 """`ba-agent tool run NAME --json '{...}'`: one tool, outside any conversation, raw JSON out.
 
 Only the agent core's tools are loaded (no platform SDK, no model client), so it starts fast.
+With data sources configured, the service database is opened too: queries on the sources are
+recorded in the data-access audit trail as the person the tool runs as (the operator, or
+``--platform``/``--user``), and the daily row limit applies to them as in a chat.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import sys
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from agent_core.tools.base import ToolContext, ToolError
-from agent_core.tools.catalog import default_tools
+from agent_core.messages import new_id
+from agent_core.run_context import ChatOrigin, RunContext
+from agent_core.tools.base import ToolError
+from agent_core.tools.catalog import STANDARD_TOOLS, audit_trail, build_tool
 from gateway.config import Settings
+
+if TYPE_CHECKING:
+    from agent_core.governance.audit import AuditTrail
 
 
 def _jsonable(raw: Any) -> Any:
@@ -26,23 +38,82 @@ def _jsonable(raw: Any) -> Any:
     return raw
 
 
-async def run_tool(settings: Settings, name: str, raw_input: str, thread_id: str) -> int:
-    """Run tool `name`; exit code 0 on success, 1 for a tool error, 2 for bad input."""
-    tools = {tool.name: tool for tool in default_tools(settings)}
-    tool = tools.get(name)
-    if tool is None:
-        print(f"ba-agent: unknown tool {name!r} (tools: {', '.join(sorted(tools))})", file=sys.stderr)
-        return 2
+RunAs = tuple[str | None, str | None, str | None]  # platform, user, channel as given
+
+
+async def run_tool(
+    settings: Settings, name: str, raw_input: str, thread_id: str, run_as: RunAs = (None, None, None)
+) -> int:
+    """Run tool `name`; exit code 0 on success, 1 for a tool error, 2 for bad input.
+
+    ``run_as`` (platform, user, channel) runs it as that person in that place, so the access
+    policy shows what they would see; without it, the operator runs it outside any chat (only
+    what the policy opens to the ``default`` group).
+    """
     try:
-        args = tool.Input.model_validate(json.loads(raw_input))
-    except (json.JSONDecodeError, ValidationError) as exc:
-        print(f"ba-agent: invalid input for {name}: {exc}", file=sys.stderr)
+        ctx = _context(settings, thread_id, run_as)
+    except ValueError as exc:
+        print(f"ba-agent: {exc}", file=sys.stderr)
         return 2
-    ctx = ToolContext(thread_id=thread_id, data_dir=settings.data_dir, channel="cli", user="operator")
-    try:
-        raw = await tool.run(args, ctx)
-    except ToolError as exc:
-        print(json.dumps({"error": {"type": exc.error_type.value, "message": str(exc)}}, ensure_ascii=False))
-        return 1
+    if all(entry.name != name for entry in STANDARD_TOOLS):
+        names = ", ".join(sorted(entry.name for entry in STANDARD_TOOLS))
+        print(f"ba-agent: unknown tool {name!r} (tools: {names})", file=sys.stderr)
+        return 2
+    async with service_audit(settings) as audit:
+        tool = build_tool(settings, name, audit)
+        assert tool is not None
+        gc.enable()  # loaded (see gateway.cli.main); the tool itself may build cyclic garbage
+        try:
+            args = tool.Input.model_validate(json.loads(raw_input))
+        except (json.JSONDecodeError, ValidationError) as exc:
+            print(f"ba-agent: invalid input for {name}: {exc}", file=sys.stderr)
+            return 2
+        try:
+            raw = await tool.run(args, ctx)
+        except ToolError as exc:
+            print(json.dumps({"error": {"type": exc.error_type.value, "message": str(exc)}}, ensure_ascii=False))
+            return 1
     print(json.dumps(_jsonable(raw), ensure_ascii=False, default=str, indent=2))
     return 0
+
+
+@asynccontextmanager
+async def service_audit(settings: Settings) -> AsyncIterator[AuditTrail | None]:
+    """The audit trail in the service database (``DATABASE_URL`` or the SQLite default), when
+    data sources are configured; None otherwise (nothing to audit, nothing opened).
+
+    The database is migrated first, as `serve` does: a first `tool run` on a new install has
+    the audit table to write to (and without one, every query on a source would be refused).
+    """
+    if not settings.datasources:
+        yield None
+        return
+    from agent_core.store.db import create_engine, session_factory
+    from gateway.migrate import upgrade
+
+    await asyncio.to_thread(upgrade, settings.effective_database_url)
+    engine = create_engine(settings.effective_database_url)
+    try:
+        yield audit_trail(settings, session_factory(engine))
+    finally:
+        await engine.dispose()
+
+
+def _context(settings: Settings, thread_id: str, run_as: RunAs) -> RunContext:
+    platform, user, channel = run_as
+    call_id = f"cli_{new_id()}"  # names this run in the audit trail, as a model's call id would
+    if platform is None and user is None and channel is None:
+        return RunContext(
+            thread_id=thread_id, data_dir=settings.data_dir, channel="cli", user="operator", tool_call_id=call_id
+        )
+    if not platform or not user:
+        raise ValueError("--platform and --user go together (and --channel needs both)")
+    return RunContext(
+        thread_id=thread_id,
+        data_dir=settings.data_dir,
+        channel=channel or "",
+        user=user,
+        is_dm=channel is None,
+        chat=ChatOrigin(platform=platform, workspace=""),
+        tool_call_id=call_id,
+    )

@@ -15,9 +15,12 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from agent_core.retry import backoff_delay_s
+
 log = logging.getLogger(__name__)
 
-RESTART_DELAY_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+RESTART_FIRST_DELAY_S = 0.5
+RESTART_MAX_DELAY_S = 10.0
 STOP_TIMEOUT_S = 15.0
 # A wakeup is one byte; a worker that has this many unread has plenty to do already.
 MAX_UNREAD_WAKEUPS = 64
@@ -110,7 +113,7 @@ class WorkerPool:
                 return
             # A worker that ran for a while before dying starts the back-off over.
             failures = 0 if asyncio.get_running_loop().time() - started > 60 else failures + 1
-            delay = RESTART_DELAY_S[min(failures, len(RESTART_DELAY_S) - 1)]
+            delay = backoff_delay_s(failures, first_s=RESTART_FIRST_DELAY_S, max_s=RESTART_MAX_DELAY_S)
             log.error("worker %d (pid %d) exited with code %s; restarting in %.1f s", slot, proc.pid, code, delay)
             await asyncio.sleep(delay)
             with contextlib.suppress(OSError):

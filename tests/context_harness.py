@@ -14,22 +14,27 @@ from typing import Any
 from anthropic import AsyncAnthropic
 from pydantic import BaseModel, Field
 
-from agent_core.context.compression import SUMMARY_SECTIONS, CompressionConfig
+from agent_core.config import CompressionConfig
+from agent_core.context.summarizer import SUMMARY_SECTIONS
 from agent_core.hooks import Hook
 from agent_core.hooks.caching import PromptCachingHook
 from agent_core.hooks.compression import CompressionHook
 from agent_core.hooks.dangling import DanglingToolCallPatch
 from agent_core.hooks.memory import MemoryHook
 from agent_core.hooks.refocus import RefocusConfig, RefocusHook
+from agent_core.hooks.usage import UsageHook
 from agent_core.loop import AgentLoop, TurnResult
 from agent_core.memory import MemoryStore
 from agent_core.messages import Role, StandardMessage, TextBlock, ThreadKey
 from agent_core.model import ModelClient
+from agent_core.run_context import RunContext, RunDeps
 from agent_core.store.db import create_engine, session_factory
 from agent_core.store.threads import ThreadStore
-from agent_core.tokens import ModelInfo, ModelTable, TokenCounter
-from agent_core.tools.base import Tool, ToolContext, ToolRegistry
+from agent_core.tokens.estimate import TokenCounter
+from agent_core.tokens.prices import ModelInfo, ModelTable
+from agent_core.tools.base import Tool
 from agent_core.tools.memory_tool import MemoryTool
+from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.todo import TodoTool
 from gateway.migrate import upgrade
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
@@ -54,7 +59,7 @@ class FakeSqlTool(Tool[QueryInput]):
     def __init__(self, rows: int = 40) -> None:
         self.rows = rows
 
-    async def run(self, args: QueryInput, ctx: ToolContext) -> list[dict[str, Any]]:
+    async def run(self, args: QueryInput, ctx: RunContext) -> list[dict[str, Any]]:
         return [
             {
                 "day": f"2024-05-{i % 28 + 1:02d}",
@@ -131,10 +136,8 @@ class Rig:
     ) -> TurnResult:
         self.events += 1
         message = StandardMessage(thread_id=thread_id, role=Role.USER, content=[TextBlock(text=words)])
-        ctx = ToolContext(
-            thread_id=thread_id, data_dir=self.data_dir, channel=channel, user=user, is_dm=is_dm
-        )
-        return await self.loop.run_turn(thread_id, message, event_key=f"ev{self.events}", ctx=ctx)
+        deps = RunDeps(thread_id=thread_id, data_dir=self.data_dir, channel=channel, user=user, is_dm=is_dm)
+        return await self.loop.run_turn(thread_id, message, event_key=f"ev{self.events}", deps=deps)
 
     def main_requests(self) -> list[dict[str, Any]]:
         """Bodies of the agent's own requests (summarizer calls left out)."""
@@ -175,8 +178,15 @@ async def rig(
         client = AsyncAnthropic(base_url=fake.base_url, api_key="test", max_retries=0)
         model = ModelClient(client, MODEL, 1024)
         models = ModelTable({MODEL: ModelInfo(context_window=window)})
+        usage = UsageHook(models)
         compressor = CompressionHook(
-            model, config=compression, counter=TokenCounter(), models=models, store=store, clock=clock
+            model,
+            config=compression,
+            counter=TokenCounter(),
+            models=models,
+            store=store,
+            summary_observers=[usage],
+            clock=clock,
         )
         memory_store = MemoryStore(data_dir / "memory")
         tools: list[Tool] = [FakeSqlTool(rows), TodoTool(), *(extra_tools or [])]
@@ -185,7 +195,7 @@ async def rig(
         # The order agent_core.agent should use: compression rewrites the message list, so the
         # reminder (which decorates it) comes after it, and caching last.
         hooks: list[Hook] = [MemoryHook(memory_store, sessions)] if memory else []
-        hooks += [compressor, RefocusHook(refocus), PromptCachingHook(), DanglingToolCallPatch(store)]
+        hooks += [compressor, RefocusHook(refocus), PromptCachingHook(), DanglingToolCallPatch(store), usage]
         loop = AgentLoop(
             model, ToolRegistry(tools), store, "You are BA-Agent, a business-analysis assistant.", hooks=hooks
         )

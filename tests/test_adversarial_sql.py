@@ -1,3 +1,4 @@
+# Over 600 lines: the adversarial SQL catalogue; each case is one attempt, listed so they read as a table.
 """Hostile SQL against the read-only guard, per dialect, plus property-based tests.
 
 * ``HOSTILE[dialect]``: at least 50 queries per dialect — functions that run SQL held in a
@@ -29,13 +30,14 @@ from sqlglot import exp
 
 from agent_core.data import sql_allowlist
 from agent_core.data.demo import ensure_demo_database
+from agent_core.data.duckdb_engine import run_duckdb_query
 from agent_core.data.errors import QueryFailed, SQLParseError, UnsafeSQLError
 from agent_core.data.result_cap import cap_rows, fetch_capped, row_size
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.data.sources import _execute_on_source, query_source
 from agent_core.data.sql_guard import ensure_read_only, with_row_limit
-from agent_core.data.uploads import run_duckdb_query
-from agent_core.tools.base import ErrorType, ToolContext, ToolError
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ErrorType, ToolError
 from agent_core.tools.sql import SqlQueryTool, demo_database
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -586,7 +588,7 @@ def test_deep_nesting_is_a_clear_error_not_a_recursion_error(dialect: str) -> No
 
 
 async def test_deep_nesting_through_the_tool_is_invalid_parameters(tmp_path: Path) -> None:
-    ctx = ToolContext(thread_id="slack:T1:C1:1.1", data_dir=tmp_path, channel="C1", user="U1")
+    ctx = RunContext(thread_id="slack:T1:C1:1.1", data_dir=tmp_path, channel="C1", user="U1")
     tool = SqlQueryTool()
     with pytest.raises(ToolError) as raised:
         await tool.run(tool.Input(sql="SELECT " + "(" * 200 + "1" + ")" * 200), ctx)
@@ -628,7 +630,7 @@ def test_cap_rows_keeps_small_results_unchanged() -> None:
 
 
 async def test_huge_first_value_through_the_tool_is_bounded(tmp_path: Path) -> None:
-    ctx = ToolContext(thread_id="slack:T1:C1:1.2", data_dir=tmp_path, channel="C1", user="U1")
+    ctx = RunContext(thread_id="slack:T1:C1:1.2", data_dir=tmp_path, channel="C1", user="U1")
     ensure_demo_database(demo_database(ctx))
     tool = SqlQueryTool(byte_cap=100_000)
     result = await tool.run(tool.Input(sql="SELECT repeat('x', 20000000) AS blob"), ctx)

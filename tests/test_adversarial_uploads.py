@@ -16,8 +16,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from agent_core.data.duckdb_engine import list_tables
 from agent_core.data.errors import MalformedUpload, UploadTooLarge
-from agent_core.data.uploads import UploadLimits, list_tables, load_upload, tables_of_file
+from agent_core.data.ingest import load_upload, tables_of_file
+from agent_core.data.upload_limits import UploadLimits
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import message

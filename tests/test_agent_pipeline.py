@@ -12,9 +12,9 @@ import pytest
 from agent_core.agent import build_agent
 from agent_core.config import AgentConfig
 from agent_core.messages import Role, StandardMessage, TextBlock, ThreadKey
+from agent_core.run_context import RunDeps
 from agent_core.store.db import create_engine, session_factory
 from agent_core.store.threads import ThreadStore
-from agent_core.tools.base import ToolContext
 from gateway.migrate import upgrade
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 
@@ -36,8 +36,8 @@ async def agent_env(tmp_path: Path):
 
 async def turn(agent, thread_id: str, data_dir: Path, question: str, key: str):
     message = StandardMessage(thread_id=thread_id, role=Role.USER, content=[TextBlock(text=question)])
-    ctx = ToolContext(thread_id=thread_id, data_dir=data_dir, channel="C", user="U1")
-    return await agent.run_turn(thread_id, message, event_key=key, ctx=ctx)
+    deps = RunDeps(thread_id=thread_id, data_dir=data_dir, channel="C", user="U1")
+    return await agent.run_turn(thread_id, message, event_key=key, deps=deps)
 
 
 def results_of(request_body: dict) -> dict[str, dict]:
@@ -121,5 +121,5 @@ def test_hooks_run_in_the_documented_order(tmp_path: Path) -> None:
     agent = build_agent(AgentConfig(model="m", data_dir=tmp_path, api_key="x"), ThreadStore(sessions), sessions)
     assert [type(h).__name__ for h in agent.hooks] == [
         "MemoryHook", "SkillPolicyHook", "CompressionHook", "RefocusHook",
-        "PromptCachingHook", "DanglingToolCallPatch", "TelemetryHook", "TracingHook",
+        "PromptCachingHook", "DanglingToolCallPatch", "UsageHook", "TelemetryHook", "TracingHook",
     ]

@@ -16,15 +16,17 @@ from agent_core.analytics.attribution import AttributionResult
 from agent_core.config import AgentConfig
 from agent_core.data.demo import ensure_demo_database
 from agent_core.messages import ToolUseBlock
+from agent_core.run_context import RunContext
 from agent_core.tools.analytics_tools import (
     AttributeChangeInput,
     AttributeChangeTool,
     DetectAnomaliesInput,
     DetectAnomaliesTool,
 )
-from agent_core.tools.base import ErrorType, ToolContext, ToolError, ToolRegistry
+from agent_core.tools.base import ErrorType, ToolError
 from agent_core.tools.catalog import default_tools
 from agent_core.tools.files import conversation_workspace
+from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.sql import demo_database
 
 EAST_APP = "region = 'East China' AND channel = 'app'"
@@ -34,28 +36,28 @@ OUTAGE = {"start": "2026-10-20", "end": "2026-10-22"}
 
 
 @pytest.fixture
-def ctx(tmp_path: Path) -> ToolContext:
-    ctx = ToolContext(thread_id="slack:T1:C1:1700000001.000100", data_dir=tmp_path / "data")
+def ctx(tmp_path: Path) -> RunContext:
+    ctx = RunContext(thread_id="slack:T1:C1:1700000001.000100", data_dir=tmp_path / "data")
     ensure_demo_database(demo_database(ctx))
     return ctx
 
 
-async def detect(ctx: ToolContext, **args: Any) -> AnomalyReport:
+async def detect(ctx: RunContext, **args: Any) -> AnomalyReport:
     return await DetectAnomaliesTool().run(DetectAnomaliesInput(**args), ctx)
 
 
-async def attribute(ctx: ToolContext, **args: Any) -> AttributionResult:
+async def attribute(ctx: RunContext, **args: Any) -> AttributionResult:
     return await AttributeChangeTool().run(AttributeChangeInput(**args), ctx)
 
 
-async def write_file(ctx: ToolContext, path: str, content: str) -> None:
+async def write_file(ctx: RunContext, path: str, content: str) -> None:
     await conversation_workspace(ctx).write(path, content)
 
 
 # --- detect_anomalies ------------------------------------------------------------------------
 
 
-async def test_finds_the_outage_in_the_east_china_app_series(ctx: ToolContext) -> None:
+async def test_finds_the_outage_in_the_east_china_app_series(ctx: RunContext) -> None:
     report = await detect(
         ctx,
         sql=f"SELECT date, SUM(orders) AS orders FROM demo.sales WHERE {EAST_APP} GROUP BY date",
@@ -68,7 +70,7 @@ async def test_finds_the_outage_in_the_east_china_app_series(ctx: ToolContext) -
     assert report.series[0].frequency == "daily" and report.series[0].period == 7
 
 
-async def test_per_segment_names_the_segment_that_dropped(ctx: ToolContext) -> None:
+async def test_per_segment_names_the_segment_that_dropped(ctx: RunContext) -> None:
     report = await detect(
         ctx,
         sql="SELECT date, region || ' / ' || channel AS segment, SUM(gmv) AS gmv "
@@ -82,7 +84,7 @@ async def test_per_segment_names_the_segment_that_dropped(ctx: ToolContext) -> N
     assert drops == [("East China / app", DROP_DAY)]
 
 
-async def test_holidays_are_not_reported(ctx: ToolContext) -> None:
+async def test_holidays_are_not_reported(ctx: RunContext) -> None:
     sql = "SELECT date, SUM(orders) AS orders FROM demo.sales GROUP BY date"
     plain = await detect(ctx, sql=sql, time_column="date", value_column="orders")
     assert datetime(2026, 6, 18) in [a.timestamp for a in plain.anomalies]  # the 618 promotion
@@ -92,7 +94,7 @@ async def test_holidays_are_not_reported(ctx: ToolContext) -> None:
     assert datetime(2026, 6, 18) not in [a.timestamp for a in known.anomalies]
 
 
-async def test_reads_a_csv_data_file(ctx: ToolContext) -> None:
+async def test_reads_a_csv_data_file(ctx: RunContext) -> None:
     rows = ["day,visits"] + [
         f"2026-09-{d:02d},{40 if d == 20 else 100 + (d % 7) * 3}" for d in range(1, 31)
     ]
@@ -101,7 +103,7 @@ async def test_reads_a_csv_data_file(ctx: ToolContext) -> None:
     assert [(a.timestamp, a.direction) for a in report.anomalies] == [(datetime(2026, 9, 20), "drop")]
 
 
-async def test_reads_a_json_file_in_the_sql_result_shape(ctx: ToolContext) -> None:
+async def test_reads_a_json_file_in_the_sql_result_shape(ctx: RunContext) -> None:
     values = [100 + (d % 7) * 3 for d in range(1, 31)]
     values[9] = 400
     payload = {"columns": ["day", "n"], "rows": [[f"2026-09-{d:02d}", v] for d, v in zip(range(1, 31), values, strict=True)]}
@@ -110,14 +112,14 @@ async def test_reads_a_json_file_in_the_sql_result_shape(ctx: ToolContext) -> No
     assert [(a.timestamp, a.direction) for a in report.anomalies] == [(datetime(2026, 9, 10), "spike")]
 
 
-async def test_unknown_column_lists_the_available_ones(ctx: ToolContext) -> None:
+async def test_unknown_column_lists_the_available_ones(ctx: RunContext) -> None:
     with pytest.raises(ToolError) as caught:
         await detect(ctx, sql="SELECT date, orders FROM demo.sales", time_column="day", value_column="orders")
     assert caught.value.error_type is ErrorType.INVALID_PARAMETERS
     assert "day" in str(caught.value) and "date, orders" in str(caught.value)
 
 
-async def test_files_outside_data_and_uploads_are_refused(ctx: ToolContext) -> None:
+async def test_files_outside_data_and_uploads_are_refused(ctx: RunContext) -> None:
     await write_file(ctx, "/reports/x.csv", "day,n\n2026-01-01,1\n")
     with pytest.raises(ToolError) as caught:
         await detect(ctx, data_file="/reports/x.csv", time_column="day", value_column="n")
@@ -127,7 +129,7 @@ async def test_files_outside_data_and_uploads_are_refused(ctx: ToolContext) -> N
     assert caught.value.error_type is ErrorType.PERMISSION_DENIED
 
 
-async def test_unsafe_sql_is_refused_like_sql_query(ctx: ToolContext) -> None:
+async def test_unsafe_sql_is_refused_like_sql_query(ctx: RunContext) -> None:
     with pytest.raises(ToolError) as caught:
         await detect(ctx, sql="DROP TABLE demo.sales", time_column="date", value_column="orders")
     assert caught.value.error_type is ErrorType.PERMISSION_DENIED
@@ -143,7 +145,7 @@ def test_exactly_one_row_source() -> None:
 # --- attribute_change ------------------------------------------------------------------------
 
 
-async def test_periods_form_names_east_china_app(ctx: ToolContext) -> None:
+async def test_periods_form_names_east_china_app(ctx: RunContext) -> None:
     result = await attribute(
         ctx,
         sql="SELECT date, region, channel, category, gmv FROM demo.sales "
@@ -162,7 +164,7 @@ async def test_periods_form_names_east_china_app(ctx: ToolContext) -> None:
     assert any("rescaled" in note for note in result.notes)  # 7 baseline days vs 3
 
 
-async def test_leaf_table_form_names_east_china_app(ctx: ToolContext) -> None:
+async def test_leaf_table_form_names_east_china_app(ctx: RunContext) -> None:
     result = await attribute(
         ctx,
         sql="SELECT region, channel, "
@@ -177,7 +179,7 @@ async def test_leaf_table_form_names_east_china_app(ctx: ToolContext) -> None:
     assert result.root_causes[0].share > 0.8
 
 
-async def test_ratio_form_from_a_data_file(ctx: ToolContext) -> None:
+async def test_ratio_form_from_a_data_file(ctx: RunContext) -> None:
     # Conversion (orders / sessions) fell only in app: a rate effect of one channel.
     lines = ["channel,region,orders_0,orders_1,sessions_0,sessions_1"]
     for channel in ("app", "web", "offline"):
@@ -241,7 +243,7 @@ def test_attribution_forms_are_validated(args: dict[str, Any], message: str) -> 
         AttributeChangeInput(sql="SELECT 1", dimensions=["region"], **args)
 
 
-async def test_a_period_without_rows_is_an_invalid_parameter(ctx: ToolContext) -> None:
+async def test_a_period_without_rows_is_an_invalid_parameter(ctx: RunContext) -> None:
     with pytest.raises(ToolError) as caught:
         await attribute(
             ctx,
@@ -259,7 +261,7 @@ async def test_a_period_without_rows_is_an_invalid_parameter(ctx: ToolContext) -
 # --- through the pipeline --------------------------------------------------------------------
 
 
-async def test_default_tools_include_both_and_the_pipeline_formats_results(ctx: ToolContext) -> None:
+async def test_default_tools_include_both_and_the_pipeline_formats_results(ctx: RunContext) -> None:
     tools = default_tools(AgentConfig(model="test-model", data_dir=ctx.data_dir))
     registry = ToolRegistry(tools)
     assert {"detect_anomalies", "attribute_change"} <= set(registry.names)

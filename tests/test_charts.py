@@ -15,7 +15,8 @@ from pydantic import ValidationError
 from agent_core.charts.fonts import CJK_FONT_FAMILY, CJK_PROBE_TEXT, font_covers
 from agent_core.charts.spec import HEIGHT_PX, WIDTH_PX
 from agent_core.data.demo import ensure_demo_database
-from agent_core.tools.base import ErrorType, ToolContext, ToolError
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ErrorType, ToolError
 from agent_core.tools.charts import ChartResult, MakeChartTool
 from agent_core.tools.files import conversation_workspace
 from agent_core.tools.sql import demo_database
@@ -28,8 +29,8 @@ REGION_ZH = (
 
 
 @pytest.fixture
-def ctx(tmp_path: Path) -> ToolContext:
-    ctx = ToolContext(thread_id="slack:T1:C1:1700000001.000100", data_dir=tmp_path / "data")
+def ctx(tmp_path: Path) -> RunContext:
+    ctx = RunContext(thread_id="slack:T1:C1:1700000001.000100", data_dir=tmp_path / "data")
     ensure_demo_database(demo_database(ctx))
     return ctx
 
@@ -48,7 +49,7 @@ def figures(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
     return saved
 
 
-async def make(ctx: ToolContext, **args: Any) -> ChartResult:
+async def make(ctx: RunContext, **args: Any) -> ChartResult:
     tool = MakeChartTool()
     return await tool.run(tool.Input(**args), ctx)
 
@@ -122,15 +123,16 @@ CASES: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("chart_type", list(CASES))
 async def test_each_chart_type_renders_a_chat_sized_png_with_chinese(
-    ctx: ToolContext, figures: list[Figure], chart_type: str
+    ctx: RunContext, figures: list[Figure], chart_type: str
 ) -> None:
     title = f"{CHINESE}（{chart_type}）"
     result = await make(ctx, chart_type=chart_type, title=title, **CASES[chart_type])
 
     assert result.path.startswith("/charts/") and result.path.endswith(".png")
     assert result.chart_type == chart_type and result.points > 0 and result.series
-    [produced] = ctx.produced_files
+    produced, data = ctx.turn.produced_files
     assert produced.mime_type == "image/png" and produced.title == title
+    assert data.mime_type == "text/csv" and Path(data.path).name == Path(result.data_path).name
     real = Path(produced.path)
     assert real == await conversation_workspace(ctx).real_path(result.path)
     assert real.read_bytes().startswith(b"\x89PNG")
@@ -146,14 +148,14 @@ async def test_each_chart_type_renders_a_chat_sized_png_with_chinese(
         assert "," in axes[1].yaxis.get_major_formatter()(200_000, 0)  # thousands separators
 
 
-async def test_line_chart_of_dates_uses_a_date_axis(ctx: ToolContext) -> None:
+async def test_line_chart_of_dates_uses_a_date_axis(ctx: RunContext) -> None:
     result = await make(ctx, chart_type="line", title="Daily GMV", **CASES["line"])
     assert result.x_kind == "time" and result.categories == 31
     assert sorted(s.name for s in result.series) == ["华东", "华中", "华北", "华南", "西部"]
     assert result.notes == []  # the annotation date is on the axis
 
 
-async def test_many_categories_are_grouped_into_other(ctx: ToolContext) -> None:
+async def test_many_categories_are_grouped_into_other(ctx: RunContext) -> None:
     sql = (
         "SELECT region || ' / ' || channel AS segment, sum(gmv) AS gmv FROM demo.sales "
         "GROUP BY 1 ORDER BY 2 DESC"
@@ -165,7 +167,7 @@ async def test_many_categories_are_grouped_into_other(ctx: ToolContext) -> None:
     assert result.categories == 6 and any("summed into 'Other'" in n for n in result.notes)
 
 
-async def test_chart_from_a_gb18030_csv_in_the_workspace(ctx: ToolContext) -> None:
+async def test_chart_from_a_gb18030_csv_in_the_workspace(ctx: RunContext) -> None:
     csv_text = '月份,收入,成本\n2026-01,"1,200",800\n2026-02,1500,900\n2026-03,1300,950\n'
     await conversation_workspace(ctx).write("/uploads/财务.csv", csv_text.encode("gb18030"))
     result = await make(
@@ -175,7 +177,7 @@ async def test_chart_from_a_gb18030_csv_in_the_workspace(ctx: ToolContext) -> No
     assert [s.name for s in result.series] == ["收入", "成本"] and result.points == 6
 
 
-async def test_chart_from_json_in_sql_query_shape(ctx: ToolContext) -> None:
+async def test_chart_from_json_in_sql_query_shape(ctx: RunContext) -> None:
     data = '{"columns": ["day", "gmv"], "rows": [["2026-10-01", 10.5], ["2026-10-02", 12]]}'
     await conversation_workspace(ctx).write("/data/gmv.json", data)
     result = await make(
@@ -185,7 +187,7 @@ async def test_chart_from_json_in_sql_query_shape(ctx: ToolContext) -> None:
 
 
 async def test_years_stay_labels_and_percent_text_is_numeric(
-    ctx: ToolContext, figures: list[Figure]
+    ctx: RunContext, figures: list[Figure]
 ) -> None:
     await conversation_workspace(ctx).write("/data/rate.csv", "year,rate\n2024,12.5%\n2025,14%\n")
     result = await make(
@@ -196,22 +198,22 @@ async def test_years_stay_labels_and_percent_text_is_numeric(
     assert labels == ["2024", "2025"]  # not "2,024"
 
 
-async def test_identical_charts_share_one_file(ctx: ToolContext) -> None:
+async def test_identical_charts_share_one_file(ctx: RunContext) -> None:
     first = await make(ctx, chart_type="bar", title="Orders", **CASES["bar"])
     second = await make(ctx, chart_type="bar", title="Orders", **CASES["bar"])
-    assert first.path == second.path and len(ctx.produced_files) == 2
+    assert first.path == second.path and len(ctx.turn.produced_files) == 4  # PNG and CSV, twice
 
 
 # --- errors ----------------------------------------------------------------------------------
 
 
-async def chart_error(ctx: ToolContext, **args: Any) -> ToolError:
+async def chart_error(ctx: RunContext, **args: Any) -> ToolError:
     with pytest.raises(ToolError) as caught:
         await make(ctx, **args)
     return caught.value
 
 
-async def test_errors_tell_the_model_what_to_fix(ctx: ToolContext) -> None:
+async def test_errors_tell_the_model_what_to_fix(ctx: RunContext) -> None:
     error = await chart_error(
         ctx, chart_type="bar", title="t", sql="SELECT region, sum(gmv) AS gmv FROM demo.sales "
         "GROUP BY 1", x="regio", y="gmv",
@@ -238,7 +240,7 @@ async def test_errors_tell_the_model_what_to_fix(ctx: ToolContext) -> None:
         ctx, chart_type="line", title="t", data_file="/charts/x.csv", x="a", y="b"
     )
     assert error.error_type is ErrorType.INVALID_PARAMETERS
-    assert ctx.produced_files == []
+    assert ctx.turn.produced_files == []
 
 
 def test_input_validation() -> None:

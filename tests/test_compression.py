@@ -14,15 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_core.context import is_context_overflow, overflow_sizes
-from agent_core.context.compression import (
-    SUMMARY_SECTIONS,
-    CompressionConfig,
-    ContextRenderer,
+from agent_core.config import CompressionConfig
+from agent_core.context.cutoff import (
     carried_verbatim,
     choose_cutoff,
     cut_points,
-    ensure_sections,
     keep_rounds,
     round_starts,
     skills_to_forget,
@@ -34,6 +30,8 @@ from agent_core.context.history_file import (
     messages_in_file,
     render_message,
 )
+from agent_core.context.pruning import ContextRenderer
+from agent_core.context.summarizer import SUMMARY_SECTIONS, ensure_sections
 from agent_core.messages import (
     Role,
     StandardMessage,
@@ -42,12 +40,12 @@ from agent_core.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from agent_core.model import ModelUnavailable
-from agent_core.request import api_messages, build_request
+from agent_core.model import ModelUnavailable, api_body, is_context_overflow, overflow_sizes
+from agent_core.request import ModelRequest, api_messages, build_request
+from agent_core.run_context import RunContext
 from agent_core.skills.activation import ActivationFrame
 from agent_core.state import ContextState, ThreadState, Todo
-from agent_core.tokens import TokenCounter
-from agent_core.tools.base import ToolContext
+from agent_core.tokens.estimate import TokenCounter
 from tests.context_harness import SUMMARY_MARK, rig, summary_reply
 from tests.fakes.anthropic_api import HttpError, Reply, text, tool_use
 
@@ -443,12 +441,12 @@ async def test_context_overflow_compresses_and_the_retry_fits(tmp_path: Path) ->
         for i in range(8):
             await r.say(thread, f"Question {i}")
         history = await r.store.history(thread)
-        ctx = ToolContext(thread_id=thread, data_dir=r.data_dir, channel="C1", user="U1")
-        ctx.state = await r.store.load_state(thread)
+        ctx = RunContext(thread_id=thread, data_dir=r.data_dir, channel="C1", user="U1")
+        ctx.turn.thread = await r.store.load_state(thread)
         await r.store.append(thread, [user("And now everything at once?")])
         history = await r.store.history(thread)
 
-        async def prepared() -> dict[str, Any]:
+        async def prepared() -> ModelRequest:
             request = build_request(r.loop.system_prompt, r.loop.tools.specs(), api_messages(history))
             for hook in r.loop.hooks:
                 request = await hook.before_model(request, history, ctx)
@@ -472,9 +470,10 @@ async def test_context_overflow_compresses_and_the_retry_fits(tmp_path: Path) ->
         retry = await prepared()
         response = await r.model.complete(retry)
         assert response.stop_reason == "tool_use"
-        assert retry["messages"][0]["content"][0]["text"].startswith("<conversation_summary>")
-        assert len(json.dumps(retry)) < len(json.dumps(first)) / 2
-        assert_api_valid(strip_markers(retry["messages"]))
+        sent = api_body(retry, r.model.model, r.model.max_tokens)
+        assert sent["messages"][0]["content"][0]["text"].startswith("<conversation_summary>")
+        assert len(json.dumps(sent)) < len(json.dumps(api_body(first, r.model.model, r.model.max_tokens))) / 2
+        assert_api_valid(strip_markers(sent["messages"]))
         assert (await r.store.load_state(thread)).context.summary is not None  # saved at once
 
 
@@ -483,8 +482,8 @@ async def test_a_lower_limit_reported_by_the_api_is_remembered(tmp_path: Path) -
         thread = await r.thread()
         for i in range(10):
             await r.say(thread, f"Question {i}")
-        ctx = ToolContext(thread_id=thread, data_dir=r.data_dir)
-        ctx.state = await r.store.load_state(thread)
+        ctx = RunContext(thread_id=thread, data_dir=r.data_dir)
+        ctx.turn.thread = await r.store.load_state(thread)
         assert await r.compression.on_context_overflow(await r.store.history(thread), ctx, 9_000, 8_000)
         assert r.compression.window("claude-sonnet-5-5") == 8_000
         assert r.compression.window("claude-opus-5") == 1_000_000  # other models keep theirs
@@ -494,7 +493,7 @@ async def test_overflow_with_nothing_left_to_summarize_gives_up(tmp_path: Path) 
     async with rig(tmp_path) as r:
         thread = await r.thread()
         await r.store.append(thread, [user("one huge question " * 100)])
-        ctx = ToolContext(thread_id=thread, data_dir=r.data_dir)
+        ctx = RunContext(thread_id=thread, data_dir=r.data_dir)
         assert not await r.compression.on_context_overflow(await r.store.history(thread), ctx, 300_000)
 
 

@@ -14,9 +14,10 @@ import pytest
 
 from agent_core.config import AgentConfig
 from agent_core.data.demo import ensure_demo_database
+from agent_core.data.ingest import load_upload
 from agent_core.data.source_config import DataSourceConfig
-from agent_core.data.uploads import load_upload
-from agent_core.tools.base import ErrorType, ToolContext, ToolError
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ErrorType, ToolError
 from agent_core.tools.catalog import default_tools, tools_prompt_section
 from agent_core.tools.data_tools import DescribeTableTool, ListTablesTool
 from agent_core.tools.sql import SqlQueryTool, conversation_database, demo_database
@@ -29,22 +30,22 @@ ORDERS_CSV = """order_date,region,gmv,note
 """
 
 
-def make_ctx(data_dir: Path, thread_id: str = "slack:T1:C1:1700000001.000100", **kw) -> ToolContext:
-    ctx = ToolContext(
+def make_ctx(data_dir: Path, thread_id: str = "slack:T1:C1:1700000001.000100", **kw) -> RunContext:
+    ctx = RunContext(
         thread_id=thread_id, data_dir=data_dir, **{"channel": "C1", "user": "U1", **kw}
     )
     ensure_demo_database(demo_database(ctx))
     return ctx
 
 
-def upload(ctx: ToolContext, tmp_path: Path, name: str, text: str) -> None:
+def upload(ctx: RunContext, tmp_path: Path, name: str, text: str) -> None:
     path = tmp_path / f"incoming-{uuid.uuid4().hex}"
     path.write_text(text, encoding="utf-8")
     load_upload(conversation_database(ctx), path, name)
 
 
 @pytest.fixture
-def ctx(tmp_path: Path) -> ToolContext:
+def ctx(tmp_path: Path) -> RunContext:
     return make_ctx(tmp_path / "data")
 
 
@@ -60,11 +61,11 @@ def archive(tmp_path: Path) -> DataSourceConfig:
     return DataSourceConfig(name="archive", url=f"duckdb://{path}")
 
 
-async def run(tool, ctx: ToolContext, **args):
+async def run(tool, ctx: RunContext, **args):
     return await tool.run(tool.Input(**args), ctx)
 
 
-async def refused(tool, ctx: ToolContext, **args) -> ToolError:
+async def refused(tool, ctx: RunContext, **args) -> ToolError:
     with pytest.raises(ToolError) as caught:
         await run(tool, ctx, **args)
     return caught.value
@@ -74,7 +75,7 @@ async def refused(tool, ctx: ToolContext, **args) -> ToolError:
 
 
 async def test_list_tables_shows_uploads_demo_and_only_allowed_sources(
-    ctx: ToolContext, tmp_path: Path, archive: DataSourceConfig
+    ctx: RunContext, tmp_path: Path, archive: DataSourceConfig
 ) -> None:
     upload(ctx, tmp_path, "orders.csv", ORDERS_CSV)
     finance = DataSourceConfig(name="finance", url=archive.url, allowed_channels=["CFIN"])
@@ -86,7 +87,7 @@ async def test_list_tables_shows_uploads_demo_and_only_allowed_sources(
     assert [(s.name, s.kind) for s in listing.sources] == [("archive", "duckdb")]
 
 
-async def test_describe_uploaded_csv(ctx: ToolContext, tmp_path: Path) -> None:
+async def test_describe_uploaded_csv(ctx: RunContext, tmp_path: Path) -> None:
     upload(ctx, tmp_path, "orders.csv", ORDERS_CSV)
     profile = await run(DescribeTableTool(), ctx, table="orders")
     assert (profile.table, profile.origin, profile.row_count) == ("orders", "upload", 4)
@@ -105,7 +106,7 @@ async def test_describe_uploaded_csv(ctx: ToolContext, tmp_path: Path) -> None:
     assert (await run(DescribeTableTool(), ctx, table="main.ORDERS")).table == "orders"
 
 
-async def test_describe_demo_sales(ctx: ToolContext) -> None:
+async def test_describe_demo_sales(ctx: RunContext) -> None:
     profile = await run(DescribeTableTool(), ctx, table="demo.sales")
     assert (profile.table, profile.origin, profile.row_count) == ("demo.sales", "demo", 13_800)
     columns = {c.name: c for c in profile.columns}
@@ -114,7 +115,7 @@ async def test_describe_demo_sales(ctx: ToolContext) -> None:
     assert len(profile.sample_rows) == 5
 
 
-async def test_describe_unknown_tables_are_invalid_parameters(ctx: ToolContext) -> None:
+async def test_describe_unknown_tables_are_invalid_parameters(ctx: RunContext) -> None:
     error = await refused(DescribeTableTool(), ctx, table="nope")
     assert error.error_type is ErrorType.INVALID_PARAMETERS and "no file has been uploaded" in str(
         error
@@ -125,7 +126,7 @@ async def test_describe_unknown_tables_are_invalid_parameters(ctx: ToolContext) 
     assert error.error_type is ErrorType.INVALID_PARAMETERS
 
 
-async def test_sql_query_over_uploads_and_demo(ctx: ToolContext, tmp_path: Path) -> None:
+async def test_sql_query_over_uploads_and_demo(ctx: RunContext, tmp_path: Path) -> None:
     upload(ctx, tmp_path, "orders.csv", ORDERS_CSV)
     result = await run(
         SqlQueryTool(), ctx, sql="SELECT region, sum(gmv) AS gmv FROM orders GROUP BY 1 ORDER BY 1"
@@ -157,7 +158,7 @@ async def test_dm_upload_is_invisible_from_another_conversation(tmp_path: Path) 
 
 
 async def test_duckdb_source_list_describe_query(
-    ctx: ToolContext, archive: DataSourceConfig
+    ctx: RunContext, archive: DataSourceConfig
 ) -> None:
     sources = {"archive": archive}
     listing = await run(ListTablesTool(sources), ctx, source="archive")
@@ -181,7 +182,7 @@ async def test_duckdb_source_list_describe_query(
 
 
 async def test_unknown_source_lists_the_usable_ones(
-    ctx: ToolContext, archive: DataSourceConfig
+    ctx: RunContext, archive: DataSourceConfig
 ) -> None:
     error = await refused(SqlQueryTool({"archive": archive}), ctx, sql="SELECT 1", source="nope")
     assert error.error_type is ErrorType.INVALID_PARAMETERS and "archive" in str(error)
@@ -214,7 +215,7 @@ def pg_source(postgres_available: str) -> Iterator[tuple[DataSourceConfig, str]]
 
 
 async def test_postgres_source_with_allowlist(
-    ctx: ToolContext, pg_source: tuple[DataSourceConfig, str]
+    ctx: RunContext, pg_source: tuple[DataSourceConfig, str]
 ) -> None:
     cfg, schema = pg_source
     sources = {"warehouse": cfg}
@@ -265,10 +266,10 @@ def test_default_tools_and_stable_prompt_section(tmp_path: Path, archive: DataSo
     names = [tool.name for tool in default_tools(config.model_copy(update={"datasources": {"archive": archive}}))]
     assert names[0] == "sql_query"
     assert set(names) == {
-        "sql_query", "list_tables", "describe_table", "detect_anomalies", "attribute_change",
+        "sql_query", "list_tables", "describe_table", "list_metrics", "query_metric", "detect_anomalies", "attribute_change",
         "make_chart", "generate_report", "ls", "read_file", "write_file", "edit_file", "grep", "glob",
     }  # fmt: skip
-    assert demo_database(ToolContext(thread_id="-", data_dir=config.data_dir)).exists()
+    assert demo_database(RunContext(thread_id="-", data_dir=config.data_dir)).exists()
     section = tools_prompt_section(config)
     assert section == tools_prompt_section(config) and "demo.sales" in section
     assert date.today().isoformat() not in section

@@ -1,3 +1,4 @@
+# Over 600 lines: the Feishu adapter's behaviours against the fake Open Platform, one concern per test.
 """The Feishu adapter end to end: webhook verification and parsing, the responder against
 FakeFeishu through the real lark-oapi client, and long-connection mode over the fake's websocket."""
 
@@ -15,14 +16,16 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from adapters.base import AcceptOutcome, ConnectionState
+from adapters.base import AcceptOutcome, ConnectionState, GatewayServices
 from adapters.download import AttachmentError
 from adapters.feishu import render
 from adapters.feishu.app import FeishuAdapter
-from adapters.feishu.client import ChatPacer, FeishuClient
+from adapters.feishu.client import FeishuClient
 from adapters.feishu.config import FeishuConfig
 from adapters.feishu.events import Ignored, parse_event
+from adapters.feishu.longconn import FeishuLongConnection
 from adapters.feishu.responder import FeishuResponder
+from adapters.feishu.transport import ChatPacer
 from adapters.feishu.webhook import make_feishu_handler
 from agent_core.messages import InboundMessage, OutboundFile, OutboundReply, ThreadKey
 from tests.fakes.feishu_api import FakeFeishu
@@ -432,8 +435,9 @@ async def test_retried_delivery_posts_once(fake: FakeFeishu, client: FeishuClien
     reply = OutboundReply(text="\n\n".join([table] * 5))
     await responder.deliver(msg, reply, "d-3")
     await responder.deliver(msg, reply, "d-3", resumed=True)
-    assert len(fake.calls_to("message.reply")) == 4
-    assert [m.msg_type for m in fake.messages] == ["interactive", "interactive"]
+    # One table component per card: five cards, each posted once however often it was sent.
+    assert len(fake.calls_to("message.reply")) == 10
+    assert [m.msg_type for m in fake.messages] == ["interactive"] * 5
     assert all(m.reply_in_thread for m in fake.messages)
 
 
@@ -558,7 +562,7 @@ async def test_long_connection_delivers_reconnects_and_restarts_when_silent(
 ) -> None:
     config = fake_config(fake, mode="websocket", ws_silence_timeout_s=2.5)
     inbox = Inbox()
-    adapter = FeishuAdapter(config, inbox.accept, inbox.known_thread)
+    adapter = FeishuAdapter(config, GatewayServices(accept=inbox.accept, is_live=inbox.known_thread))
     connection = adapter.long_connection
     assert connection is not None
     states: list[ConnectionState] = []
@@ -606,7 +610,7 @@ async def test_long_connection_delivers_reconnects_and_restarts_when_silent(
     finally:
         watcher.cancel()
         sample()
-        await adapter.close()
+        await adapter.stop()
     assert connection.state == ConnectionState.STOPPED
     assert states[:2] == [ConnectionState.CONNECTING, ConnectionState.CONNECTED]
     # The restart after the silence takes long enough to be seen.
@@ -616,3 +620,26 @@ async def test_long_connection_delivers_reconnects_and_restarts_when_silent(
         ConnectionState.CONNECTED,
         ConnectionState.RECONNECTING,
     }
+
+
+async def test_long_connection_joins_a_split_event_and_acknowledges_it_once(fake: FakeFeishu) -> None:
+    inbox = Inbox()
+    client = FeishuClient(fake_config(fake))
+    connection = FeishuLongConnection(
+        fake_config(fake, mode="websocket"), inbox.accept, client.bot_open_id, inbox.known_thread
+    )
+    await connection.start()
+    try:
+        await eventually(lambda: connection.state == ConnectionState.CONNECTED)
+        long_question = "@_user_1 " + "revenue by region and channel, " * 200
+        frame_id = fake.ws_push_event(text_event(long_question, mentions=[bot_mention()]), parts=3)
+        await eventually(lambda: len(fake.ws_acks) == 1)
+        [ack] = fake.ws_acks
+        assert ack == {"message_id": frame_id, "response": {"code": 200}}
+        [msg] = inbox.accepted
+        assert msg.text == long_question.removeprefix("@_user_1 ").strip()
+    finally:
+        await connection.stop()
+        await client.aclose()
+    assert connection.state == ConnectionState.STOPPED
+    await eventually(lambda: not fake.ws_open)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_core.data.uploads import load_upload
-from agent_core.tools.base import ErrorType, ToolContext, ToolError
+from agent_core.data.ingest import load_upload
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ErrorType, ToolError
 from agent_core.tools.files import (
     EditFileTool,
     GlobTool,
@@ -21,21 +22,21 @@ from agent_core.tools.sql import conversation_database
 
 
 @pytest.fixture
-def ctx(tmp_path: Path) -> ToolContext:
-    return ToolContext(thread_id="feishu:tenant:oc_1:om_1", data_dir=tmp_path / "data")
+def ctx(tmp_path: Path) -> RunContext:
+    return RunContext(thread_id="feishu:tenant:oc_1:om_1", data_dir=tmp_path / "data")
 
 
-async def run(tool, ctx: ToolContext, **args):
+async def run(tool, ctx: RunContext, **args):
     return await tool.run(tool.Input(**args), ctx)
 
 
-async def error_of(tool, ctx: ToolContext, **args) -> ErrorType:
+async def error_of(tool, ctx: RunContext, **args) -> ErrorType:
     with pytest.raises(ToolError) as caught:
         await run(tool, ctx, **args)
     return caught.value.error_type
 
 
-async def test_write_read_edit_round_trip(ctx: ToolContext) -> None:
+async def test_write_read_edit_round_trip(ctx: RunContext) -> None:
     written = await run(WriteFileTool(), ctx, path="/data/notes.md", content="# 笔记\nGMV up\n")
     assert written.path == "/data/notes.md" and written.size == len("# 笔记\nGMV up\n".encode())
     page = await run(ReadFileTool(), ctx, path="data/notes.md")
@@ -47,7 +48,7 @@ async def test_write_read_edit_round_trip(ctx: ToolContext) -> None:
     assert [e.path for e in listing.entries] == ["/data/notes.md"] and not listing.capped
 
 
-async def test_write_refuses_to_clobber_and_uploads_are_read_only(ctx: ToolContext) -> None:
+async def test_write_refuses_to_clobber_and_uploads_are_read_only(ctx: RunContext) -> None:
     await run(WriteFileTool(), ctx, path="/reports/a.md", content="one")
     assert await error_of(WriteFileTool(), ctx, path="/reports/a.md", content="two") is (
         ErrorType.INVALID_PARAMETERS
@@ -66,7 +67,7 @@ async def test_write_refuses_to_clobber_and_uploads_are_read_only(ctx: ToolConte
     assert "1,2" in (await run(ReadFileTool(), ctx, path="/uploads/sales.csv")).content
 
 
-async def test_read_pages_with_next_offset(ctx: ToolContext) -> None:
+async def test_read_pages_with_next_offset(ctx: RunContext) -> None:
     await run(
         WriteFileTool(), ctx, path="/data/lines.txt", content="".join(f"{i}\n" for i in range(10))
     )
@@ -76,7 +77,7 @@ async def test_read_pages_with_next_offset(ctx: ToolContext) -> None:
     assert rest.content.splitlines()[0] == "     5\t4" and rest.next_offset is None
 
 
-async def test_errors_are_typed(ctx: ToolContext) -> None:
+async def test_errors_are_typed(ctx: RunContext) -> None:
     assert (
         await error_of(ReadFileTool(), ctx, path="/data/missing.csv")
         is ErrorType.INVALID_PARAMETERS
@@ -112,7 +113,7 @@ ATTACKS = [
 
 
 @pytest.mark.parametrize("path", ATTACKS)
-async def test_path_attacks_are_permission_denied(ctx: ToolContext, path: str) -> None:
+async def test_path_attacks_are_permission_denied(ctx: RunContext, path: str) -> None:
     calls = [
         (LsTool(), {"path": path}),
         (ReadFileTool(), {"path": path}),
@@ -125,7 +126,7 @@ async def test_path_attacks_are_permission_denied(ctx: ToolContext, path: str) -
         assert await error_of(tool, ctx, **args) is ErrorType.PERMISSION_DENIED, tool.name
 
 
-async def test_symlink_out_of_the_workspace_is_refused(ctx: ToolContext, tmp_path: Path) -> None:
+async def test_symlink_out_of_the_workspace_is_refused(ctx: RunContext, tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("root:x:0:0")
     data = await conversation_workspace(ctx).real_path("/data", must_exist=False)
@@ -136,7 +137,7 @@ async def test_symlink_out_of_the_workspace_is_refused(ctx: ToolContext, tmp_pat
 
 
 async def test_workspace_root_shows_areas_not_the_tables_database(
-    ctx: ToolContext, tmp_path: Path
+    ctx: RunContext, tmp_path: Path
 ) -> None:
     source = tmp_path / "in.csv"
     source.write_text("a\n1\n")
@@ -146,7 +147,7 @@ async def test_workspace_root_shows_areas_not_the_tables_database(
     assert [e.path for e in listing.entries] == ["/data"]
 
 
-async def test_grep_and_glob_say_when_capped(ctx: ToolContext) -> None:
+async def test_grep_and_glob_say_when_capped(ctx: RunContext) -> None:
     limits = conversation_workspace(ctx).limits
     lines = "".join(f"match {i}\n" for i in range(limits.grep_max_matches + 5))
     await run(WriteFileTool(), ctx, path="/data/many.txt", content=lines)
@@ -165,8 +166,8 @@ async def test_grep_and_glob_say_when_capped(ctx: ToolContext) -> None:
 
 
 async def test_conversations_have_separate_workspaces(tmp_path: Path) -> None:
-    a = ToolContext(thread_id="slack:T1:D1:main", data_dir=tmp_path, is_dm=True)
-    b = ToolContext(thread_id="slack:T1:D2:main", data_dir=tmp_path, is_dm=True)
+    a = RunContext(thread_id="slack:T1:D1:main", data_dir=tmp_path, is_dm=True)
+    b = RunContext(thread_id="slack:T1:D2:main", data_dir=tmp_path, is_dm=True)
     await run(WriteFileTool(), a, path="/data/private.txt", content="mine")
     assert (
         await error_of(ReadFileTool(), b, path="/data/private.txt") is ErrorType.INVALID_PARAMETERS

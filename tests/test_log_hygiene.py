@@ -76,12 +76,15 @@ def test_json_records_are_one_line() -> None:
 
 BOLT_SCRIPT = """
 import asyncio, logging, sys, time
+from adapters.slack.platform import SlackPlatform
 from gateway.logs import configure_logging
 
-configure_logging("INFO", "text", "svc", "test")
+configure_logging("INFO", "text", "svc", "test", SlackPlatform.quiet_loggers)
 
 from slack_bolt.request.async_request import AsyncBoltRequest
-from adapters.slack.app import SlackAdapter, SlackConfig
+from adapters.base import GatewayServices
+from adapters.slack.app import SlackAdapter
+from adapters.slack.config import SlackConfig
 
 async def main():
     async def accept(msg):
@@ -89,7 +92,8 @@ async def main():
     async def known(key):
         return False
     # Building the app is what resets bolt's logger levels.
-    adapter = SlackAdapter(SlackConfig(bot_token="xoxb-test", signing_secret="s3cret"), accept, known)
+    config = SlackConfig(_env_file=None, bot_token="xoxb-test", signing_secret="s3cret")
+    adapter = SlackAdapter(config, GatewayServices(accept=accept, is_live=known))
     body = sys.argv[1]
     ts = str(int(time.time()))
     request = AsyncBoltRequest(body=body, headers={

@@ -19,8 +19,10 @@ from agent_core.memory import (
     MemoryScopeName,
     MemoryStore,
 )
-from agent_core.tools.base import ToolContext
-from agent_core.tools.memory_tool import conversation_scope
+from agent_core.memory_scope import conversation_scope
+from agent_core.model import api_system
+from agent_core.request import build_request
+from agent_core.run_context import RunContext
 from tests.context_harness import rig
 from tests.fakes.anthropic_api import Reply, text, tool_use
 
@@ -112,7 +114,7 @@ async def test_user_scope_in_a_channel_writes_only_the_speakers_own_memory(tmp_p
 
 async def test_conversation_without_a_thread_row_has_no_memory(tmp_path: Path) -> None:
     async with rig(tmp_path, memory=True) as r:
-        ctx = ToolContext(thread_id="subagent-1", data_dir=r.data_dir)
+        ctx = RunContext(thread_id="subagent-1", data_dir=r.data_dir)
         assert await conversation_scope(r.sessions, ctx) is None
 
 
@@ -186,10 +188,10 @@ def test_operator_show_write_and_edit(tmp_path: Path) -> None:
 
 
 def test_memory_block_goes_after_the_base_prompt() -> None:
-    request = {"system": "BASE", "messages": []}
+    request = build_request("BASE", [], [])
     placed = with_memory(request, "<memory>m</memory>")
-    assert placed["system"] == [
+    assert api_system(placed.system) == [
         {"type": "text", "text": "BASE", "cache_control": {"type": "ephemeral"}},
         {"type": "text", "text": "<memory>m</memory>"},
     ]
-    assert request["system"] == "BASE"  # the request is not modified in place
+    assert api_system(request.system) == "BASE"  # the request is not modified in place

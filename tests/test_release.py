@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import site
@@ -27,7 +28,7 @@ from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.serve_process import free_port, get_json, wait_healthy, wait_workers_ready
 
 ROOT = Path(__file__).resolve().parent.parent
-BUNDLED_SKILLS = ("anomaly-detection", "attribution", "report-generation", "visualization")
+BUNDLED_SKILLS = ("anomaly-detection", "attribution", "governed-metrics", "report-generation", "visualization")
 
 
 @dataclass
@@ -140,6 +141,85 @@ def test_tool_run_queries_the_demo_data(installed: Installed) -> None:
     assert json.loads(result.stdout)["rows"][0][0] == "East China"
 
 
+def test_a_query_on_a_data_source_shows_in_the_audit(installed: Installed) -> None:
+    import duckdb
+
+    warehouse = installed.home / "audit-dwh.duckdb"
+    with duckdb.connect(str(warehouse)) as conn:
+        conn.execute("CREATE OR REPLACE TABLE orders AS SELECT range AS id FROM range(12)")
+    sources = json.dumps({"auditdwh": f"duckdb://{warehouse}"})
+    query = json.dumps({"source": "auditdwh", "sql": "SELECT count(*) AS n FROM orders"})
+    ran = installed.run("tool", "run", "sql_query", "--json", query, "--platform", "slack", "--user", "U7",
+                        BA_DATASOURCES=sources)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    audit = installed.run("audit", "--source", "auditdwh", "--since", "1h")
+    assert audit.returncode == 0, audit.stderr
+    head, sql = audit.stdout.splitlines()[-2:]
+    assert "slack:U7  auditdwh  sql_query  1 rows" in head
+    assert "orders" in sql and "count" in sql.lower()
+
+
+def test_metrics_list_and_query_on_the_bundled_demo_model(installed: Installed) -> None:
+    listed = installed.run("metrics", "list")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert any(line.split()[:2] == ["gmv", "simple"] and "Gross merchandise value" in line for line in lines)
+    assert any(line.split()[:2] == ["aov", "ratio"] for line in lines), listed.stdout
+    queried = installed.run("metrics", "query", "--metrics", "gmv", "--group-by", "region", "--grain", "week",
+                            "--start", "2026-10-05", "--end", "2026-10-11")  # fmt: skip
+    assert queried.returncode == 0, queried.stderr
+    header, _, *rows = queried.stdout.splitlines()
+    assert header.split() == ["region", "metric_time__week", "gmv"]
+    # The demo data's week of 2026-10-05 in East China, summed from demo.sales directly.
+    assert "East China     2026-10-05         2,876,993.49" in rows, queried.stdout
+    assert len(rows) == 5
+
+
+def test_monitors_list_and_a_dry_run_of_the_operators_monitor(installed: Installed) -> None:
+    monitors = installed.home / "monitors.yml"
+    monitors.write_text("monitors:\n  - name: gmv-by-region\n    metric: gmv\n    dimensions: [region, channel]\n"
+                        "    cron: '0 9 * * *'\n    timezone: Asia/Shanghai\n    platform: slack\n    workspace: T1\n"
+                        "    channel: C0SALES\n    creator: U0OPS\n")  # fmt: skip
+    listed = installed.run("monitors", "list", BA_MONITORS_FILE=str(monitors))
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("gmv-by-region  gmv by region,channel  daily  '0 9 * * *' Asia/Shanghai  slack:C0SALES")
+    ran = installed.run("monitors", "run", "gmv-by-region", "--at", "2026-10-21T09:00+08:00", "--dry-run",
+                        BA_MONITORS_FILE=str(monitors))  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith("gmv-by-region: 2026-10-20 is anomalous; would post an alert:"), ran.stdout
+    assert "region=East China & channel=app" in ran.stdout
+
+
+def test_catalog_refresh_and_search_over_a_duckdb_source(installed: Installed) -> None:
+    import duckdb
+
+    archive = installed.home / "archive.duckdb"
+    with duckdb.connect(str(archive)) as conn:
+        conn.execute("CREATE TABLE refunds (category VARCHAR, amount DECIMAL(10, 2))")
+        conn.execute("COMMENT ON TABLE refunds IS '退货退款记录'")
+        conn.execute("INSERT INTO refunds VALUES ('服装', 9.9), ('家电', 99), ('服装', 19.9)")
+        conn.execute("CREATE TABLE web_sessions (device VARCHAR, started_at TIMESTAMP)")
+    examples = installed.home / "examples.yml"
+    examples.write_text("examples:\n  - question: 各类别退货金额\n    source: archive\n"
+                        "    sql: SELECT category, SUM(amount) FROM refunds GROUP BY 1\n")  # fmt: skip
+    env = {"BA_DATASOURCES": json.dumps({"archive": f"duckdb:///{archive}"}), "BA_EXAMPLES_FILE": str(examples)}
+    refreshed = installed.run("catalog", "refresh", **env)
+    assert refreshed.returncode == 0, refreshed.stderr
+    assert re.fullmatch(r"archive: 2 tables in \d+\.\d s\n", refreshed.stdout), refreshed.stdout
+    found = installed.run("catalog", "search", "上个月各类别的退货金额", "--limit", "1", **env)
+    assert found.returncode == 0, found.stderr
+    lines = found.stdout.splitlines()
+    assert re.match(r" *\d+\.\d\d  archive:main\.refunds  3 rows  退货退款记录$", lines[0]), found.stdout
+    assert lines[1].split() == ["category", "VARCHAR", "[家电,", "服装]"]
+    assert any(line.startswith("example (archive, ") and line.endswith("各类别退货金额") for line in lines)
+    unknown = installed.run("catalog", "refresh", "--source", "crm", **env)
+    assert unknown.returncode == 2 and unknown.stderr == "ba-agent: no data source 'crm' in BA_DATASOURCES\n"
+    examples.write_text(examples.read_text().replace("source: archive", "source: crm"))
+    invalid = installed.run("catalog", "search", "refunds", **env)
+    assert invalid.returncode == 2 and "Traceback" not in invalid.stderr
+    assert f"BA_EXAMPLES_FILE {examples}:3: examples.0.source: no data source 'crm'" in invalid.stderr, invalid.stderr
+
+
 def test_memory_edit_then_show(installed: Installed) -> None:
     scope = ("--platform", "slack", "--workspace", "T123", "--channel", "C1")
     edited = installed.run("memory", "edit", *scope, "--set", "GMV means paid orders only.")
@@ -161,7 +241,7 @@ def test_chat_answers_a_question_through_the_model(installed: Installed) -> None
     assert result.returncode == 0, result.stderr
     assert "GMV grew 4 % last week." in result.stdout
     # A failed step is shown as failed, not like a successful one.
-    assert "· Running sql_query…" in result.stdout and "· sql_query failed (permission_denied)" in result.stdout
+    assert "· Querying the data…" in result.stdout and "· sql_query failed (permission_denied)" in result.stdout
     assert "how did GMV do last week?" in json.dumps(anthropic.last_request.body["messages"])
 
 
@@ -219,5 +299,8 @@ def test_readme_commands_all_have_a_release_test() -> None:
     """Every `ba-agent …` command in the README is exercised above (a new command needs a test)."""
     readme = (ROOT / "README.md").read_text()
     documented = {line.split()[1] for line in readme.splitlines() if line.startswith(".venv/bin/ba-agent ")}
-    tested = {"chat", "serve", "worker", "db", "skills", "stats", "threads", "tool", "memory"}
+    tested = {
+        "chat", "serve", "worker", "db", "skills", "stats", "threads", "tool", "memory", "metrics", "catalog", "audit",
+        "monitors",
+    }  # fmt: skip
     assert documented <= tested, documented - tested

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from agent_core.data.demo import ensure_demo_database
-from agent_core.tools.base import ErrorType, ToolContext, ToolError
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ErrorType, ToolError
 from agent_core.tools.charts import MakeChartTool
 from agent_core.tools.reports import GenerateReportTool, ReportResult
 from agent_core.tools.sql import demo_database
@@ -19,18 +20,18 @@ TODAY = date.today().isoformat()
 
 
 @pytest.fixture
-def ctx(tmp_path: Path) -> ToolContext:
-    ctx = ToolContext(thread_id="slack:T1:C1:1700000001.000100", data_dir=tmp_path / "data")
+def ctx(tmp_path: Path) -> RunContext:
+    ctx = RunContext(thread_id="slack:T1:C1:1700000001.000100", data_dir=tmp_path / "data")
     ensure_demo_database(demo_database(ctx))
     return ctx
 
 
-async def report(ctx: ToolContext, **args: Any) -> ReportResult:
+async def report(ctx: RunContext, **args: Any) -> ReportResult:
     tool = GenerateReportTool()
     return await tool.run(tool.Input(**args), ctx)
 
 
-async def chart(ctx: ToolContext) -> str:
+async def chart(ctx: RunContext) -> str:
     tool = MakeChartTool()
     result = await tool.run(
         tool.Input(
@@ -46,7 +47,7 @@ async def chart(ctx: ToolContext) -> str:
     return result.path
 
 
-async def test_report_file_has_all_sections_in_order(ctx: ToolContext) -> None:
+async def test_report_file_has_all_sections_in_order(ctx: RunContext) -> None:
     chart_path = await chart(ctx)
     result = await report(
         ctx,
@@ -94,7 +95,7 @@ async def test_report_file_has_all_sections_in_order(ctx: ToolContext) -> None:
         "Appendix: queries",
     ]
     assert result.summary.startswith("- **App GMV fell")
-    produced = ctx.produced_files[-1]
+    produced = ctx.turn.produced_files[-1]
     assert produced.mime_type == "text/markdown" and produced.title == "October Review: East China"
     text = Path(produced.path).read_text(encoding="utf-8")
     assert result.size_bytes == len(text.encode())
@@ -125,7 +126,7 @@ async def test_report_file_has_all_sections_in_order(ctx: ToolContext) -> None:
     assert "```sql\nSELECT region" in text
 
 
-async def test_chinese_headings_truncation_and_unique_names(ctx: ToolContext) -> None:
+async def test_chinese_headings_truncation_and_unique_names(ctx: RunContext) -> None:
     args = {
         "title": "十月经营分析",
         "summary": "华东区App渠道10月20日至22日GMV下降约40%。",
@@ -138,23 +139,23 @@ async def test_chinese_headings_truncation_and_unique_names(ctx: ToolContext) ->
     assert first.path == f"/reports/十月经营分析-{TODAY}.md"
     assert first.sections == ["摘要", "关键数据", "主要发现"]
     assert first.notes == ["Table '每日明细' was cut to 5 rows."]
-    text = Path(ctx.produced_files[-1].path).read_text(encoding="utf-8")
+    text = Path(ctx.turn.produced_files[-1].path).read_text(encoding="utf-8")
     assert "## 摘要" in text and "仅显示前 5 行" in text and "```sql" not in text
     assert text.count("| 2026-") == 5
 
     second = await report(ctx, **args)
     assert second.path == f"/reports/十月经营分析-{TODAY}-2.md"
-    assert len(ctx.produced_files) == 2
+    assert len(ctx.turn.produced_files) == 2
 
 
-async def report_error(ctx: ToolContext, **args: Any) -> ToolError:
+async def report_error(ctx: RunContext, **args: Any) -> ToolError:
     base = {"title": "T", "summary": "S", "findings": ["F"]}
     with pytest.raises(ToolError) as caught:
         await report(ctx, **{**base, **args})
     return caught.value
 
 
-async def test_errors(ctx: ToolContext) -> None:
+async def test_errors(ctx: RunContext) -> None:
     error = await report_error(ctx, charts=["/charts/missing.png"])
     assert error.error_type is ErrorType.INVALID_PARAMETERS
     error = await report_error(ctx, charts=["/data/notes.md"])
@@ -163,7 +164,7 @@ async def test_errors(ctx: ToolContext) -> None:
     assert error.error_type is ErrorType.PERMISSION_DENIED
     error = await report_error(ctx, tables=[{"sql": "DELETE FROM demo.sales"}])
     assert error.error_type is ErrorType.PERMISSION_DENIED
-    assert ctx.produced_files == []
+    assert ctx.turn.produced_files == []
     with pytest.raises(ValueError, match="one per column"):
         GenerateReportTool.Input(
             title="T", summary="S", findings=["F"], tables=[{"columns": ["a"], "rows": [[1, 2]]}]

@@ -1,3 +1,4 @@
+# Over 600 lines: the scheduler's jobs and report runs, one behaviour per test.
 """The scheduler on SQLite and PostgreSQL: each run claimed once across processes, the data-file
 cleanup, scheduled reports (tools, firing into the inbox, failure counting) and idle marking.
 
@@ -12,7 +13,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,14 +24,14 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_core.messages import InboundMessage, OutboundReply, ThreadKey, utcnow
+from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.store.db import create_engine, session_factory
 from agent_core.store.tables import ThreadRow
 from agent_core.store.threads import ThreadStore
-from agent_core.tools.base import ErrorType, ToolContext, ToolError, ToolRegistry
-from gateway.cleanup import CleanupConfig, cleanup_data_files
-from gateway.inbox import Inbox
-from gateway.scheduler import Scheduler, SchedulerConfig, latest_fire_time, report_job_id
-from gateway.schedules import (
+from agent_core.tools.base import ErrorType, ToolError
+from agent_core.tools.registry import ToolRegistry
+from agent_core.tools.schedule_model import NewSchedule, Schedule
+from agent_core.tools.schedule_tools import (
     CancelScheduleInput,
     CancelScheduleTool,
     ListSchedulesInput,
@@ -38,16 +39,17 @@ from gateway.schedules import (
     ScheduleInfo,
     ScheduleReportInput,
     ScheduleReportTool,
-    ScheduleStore,
-    conversation_extras,
-    report_message,
     schedule_tools,
 )
+from gateway.cleanup import CleanupConfig, cleanup_data_files
+from gateway.cron import latest_fire_time
+from gateway.inbox import Inbox
+from gateway.scheduler import Scheduler, SchedulerConfig, report_job_id
+from gateway.schedules import ScheduleStore, report_message
 from gateway.tables import (
     DataFileRow,
     EventStatus,
     InboundEventRow,
-    ReportScheduleRow,
     ScheduledRunRow,
 )
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
@@ -72,6 +74,9 @@ class FakeResponder:
 
     def mention(self, user: str) -> str:
         return f"@{user} "
+
+    async def user_locale(self, user: str) -> str | None:
+        return None
 
     def dm_address(self, user: str) -> str | None:
         return f"dm-{user}"
@@ -113,7 +118,7 @@ async def count(engine: AsyncEngine, table: type, *where: Any) -> int:
         return (await conn.execute(select(func.count()).select_from(table).where(*where))).scalar_one()
 
 
-async def new_schedule(store: ScheduleStore, **values: Any) -> ReportScheduleRow:
+async def new_schedule(store: ScheduleStore, **values: Any) -> Schedule:
     row = {
         "creator": "U1",
         "creator_name": "Ann",
@@ -125,7 +130,7 @@ async def new_schedule(store: ScheduleStore, **values: Any) -> ReportScheduleRow
         "prompt": "Weekly GMV by region",
         **values,
     }
-    return await store.create(ReportScheduleRow(**row))
+    return await store.create(NewSchedule(**row))
 
 
 # --- the per-run claim -----------------------------------------------------------------------
@@ -357,7 +362,7 @@ def chat_ctx(
     channel: str = "C1",
     is_dm: bool = False,
     thread: str | None = "1700.1",
-) -> ToolContext:
+) -> RunContext:
     msg = InboundMessage(
         platform=platform,
         event_id="e1",
@@ -371,9 +376,7 @@ def chat_ctx(
         text="hi",
         is_dm=is_dm,
     )
-    return ToolContext(
-        thread_id="t1", data_dir=tmp_path, channel=channel, user=user, is_dm=is_dm, extras=conversation_extras(msg)
-    )
+    return RunContext(thread_id="t1", data_dir=tmp_path, channel=channel, user=user, is_dm=is_dm, chat=ChatOrigin.of(msg))
 
 
 @pytest.fixture
@@ -385,7 +388,7 @@ def clock() -> datetime:
     return datetime(2026, 11, 20, 12, 0, tzinfo=UTC)  # a Friday
 
 
-async def schedule(store: ScheduleStore, ctx: ToolContext, on_change: Any = None, **args: Any) -> ScheduleInfo:
+async def schedule(store: ScheduleStore, ctx: RunContext, on_change: Any = None, **args: Any) -> ScheduleInfo:
     values = {"prompt": "Weekly GMV by region", "cron": "0 9 * * mon", "timezone": "Asia/Shanghai", **args}
     tool = ScheduleReportTool(store, dm_address=dm_on_slack_only, on_change=on_change, clock=clock)
     return await tool.run(ScheduleReportInput(**values), ctx)
@@ -447,7 +450,7 @@ async def test_schedule_report_refuses_targets_it_cannot_reach(store: ScheduleSt
         await schedule(store, chat_ctx(tmp_path, thread=None), deliver_to="thread")
     with pytest.raises(ToolError, match="only when scheduled from that DM"):
         await schedule(store, chat_ctx(tmp_path, platform="feishu"), deliver_to="dm")
-    outside_chat = ToolContext(thread_id="t", data_dir=tmp_path, user="U1")
+    outside_chat = RunContext(thread_id="t", data_dir=tmp_path, user="U1")
     with pytest.raises(ToolError) as caught:
         await schedule(store, outside_chat)
     assert caught.value.error_type is ErrorType.PERMISSION_DENIED
@@ -484,8 +487,9 @@ async def test_list_and_cancel_permissions(store: ScheduleStore, tmp_path: Path)
     with pytest.raises(ToolError) as caught:
         await cancel.run(CancelScheduleInput(schedule_id=9999), chat_ctx(tmp_path, "U1"))
     assert caught.value.error_type is ErrorType.INVALID_PARAMETERS
-    elsewhere = chat_ctx(tmp_path, "U1")
-    elsewhere.extras["conversation"]["workspace"] = "T2"
+    here = chat_ctx(tmp_path, "U1")
+    assert here.chat is not None
+    elsewhere = replace(here, chat=replace(here.chat, workspace="T2"))
     with pytest.raises(ToolError, match="no scheduled report"):  # another workspace's id
         await cancel.run(CancelScheduleInput(schedule_id=ann), elsewhere)
 
@@ -525,7 +529,7 @@ async def test_two_failures_notify_the_creator_and_ten_switch_the_schedule_off(
         await p.scheduler.refresh()
         fires = [MONDAY_9 + timedelta(days=7 * week) for week in range(12)]
 
-        async def run_week(week: int, status: EventStatus) -> ReportScheduleRow:
+        async def run_week(week: int, status: EventStatus) -> Schedule:
             assert await p.scheduler.run(job, fires[week])
             await p.scheduler.settle_report_runs(fires[week] + timedelta(minutes=1))  # still open
             await finish_event(p, fires[week], status)

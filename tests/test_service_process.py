@@ -45,6 +45,7 @@ def test_serve_starts_with_no_configuration(tmp_path: Path) -> None:
     [
         ("BA_PORT", "eighty"),
         ("SLACK_API_URL", "https://slack.com/"),
+        ("FEISHU_MODE", "socket"),
         ("DATABASE_URL", "mysql://x@y/z"),
         ("BA_DATASOURCES", "{not json"),
         ("BA_DATASOURCES", '{"dwh": "oracle://ro@db/dwh"}'),
@@ -124,7 +125,7 @@ def test_event_accepted_then_process_killed_is_answered_once_after_restart(datab
 
         second = start(env, port, tmp_path)
         try:
-            slack.wait_for_sync("chat.postMessage", count=1, timeout=30)
+            slack.wait_for_sync("chat.stopStream", count=1, timeout=30)  # the answer streams
             time.sleep(1.0)  # anything duplicated would show up by now
         finally:
             stop(second)

@@ -1,3 +1,4 @@
+# Over 600 lines: one test per documented setting, observed through the service; split by nothing but length.
 """Every README configuration variable not exercised elsewhere, set and observed through the
 service as `serve` builds it.
 
@@ -590,7 +591,7 @@ def test_ba_service_name_and_environment_tag_every_json_log_line(tmp_path: Path,
         wait_healthy(port)
         wait_workers_ready(port)
         assert post_event(port, app_mention("<@UBOT> GMV?", "U1", "C1", ts=THREAD)) == 200
-        slack.wait_for_sync("chat.postMessage", timeout=30)
+        slack.wait_for_sync("chat.stopStream", timeout=30)  # the answer streams
     finally:
         out = stop(proc)
     entries = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
@@ -621,7 +622,7 @@ def test_ba_otel_endpoint_and_sample_rate_export_turn_spans(tmp_path: Path, serv
             wait_healthy(port)
             wait_workers_ready(port)
             assert post_event(port, app_mention("<@UBOT> which tables?", "U1", "C1", ts=THREAD)) == 200
-            slack.wait_for_sync("chat.postMessage", timeout=30)
+            slack.wait_for_sync("chat.stopStream", timeout=30)
             if exported:
                 collector.wait_for_spans_sync("turn", "model.call", "tool.list_tables")
             else:

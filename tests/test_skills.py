@@ -10,18 +10,15 @@ from typing import Any
 import pytest
 import yaml
 
-from agent_core.skills import (
-    SkillActivationStack,
-    SkillCatalog,
+from agent_core.skills.activation import SkillActivationStack
+from agent_core.skills.loader import SkillCatalog, bundled_skills_dir, load_skills, parse_skill
+from agent_core.skills.model import (
     SkillCycleError,
     SkillDepthError,
     SkillInvocationDenied,
     SkillNotFound,
     SkillStackError,
     SkillValidationError,
-    bundled_skills_dir,
-    load_skills,
-    parse_skill,
 )
 
 BODY = "# Steps\n\nDo the analysis carefully.\n"

@@ -17,8 +17,9 @@ from pydantic import SecretStr, ValidationError
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.base import AcceptOutcome, ConnectionState
-from adapters.slack.app import SlackAdapter, SlackConfig
+from adapters.base import AcceptOutcome, ConnectionState, GatewayServices
+from adapters.slack.app import SlackAdapter
+from adapters.slack.config import SlackConfig
 from adapters.slack.socket_mode import SlackSocketMode
 from agent_core.messages import InboundMessage, ThreadKey
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
@@ -29,7 +30,7 @@ from tests.harness import gateway_settings, running_gateway
 PING_S = 0.2
 SILENCE_S = 1.0
 # Classes whose coroutines run as tasks while a connection is up (for the leak check).
-SDK_AND_OWN_CLASSES = {"SocketModeClient", "AsyncBaseSocketModeClient", "SlackSocketMode"}
+SDK_AND_OWN_CLASSES = {"SocketModeClient", "AsyncBaseSocketModeClient", "SlackSocketMode", "ConnectionSupervisor"}
 
 
 class RecordingInbox:
@@ -75,7 +76,7 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 5, what: st
 
 def socket_config(slack: FakeSlack) -> SlackConfig:
     return SlackConfig(
-        bot_token=slack.bot_token, mode="socket", app_token=slack.app_token, api_url=slack.base_url
+        _env_file=None, bot_token=slack.bot_token, mode="socket", app_token=slack.app_token, api_url=slack.base_url
     )
 
 
@@ -92,9 +93,9 @@ def inbox() -> RecordingInbox:
 
 @pytest.fixture
 async def socket_mode(slack: FakeSlack, inbox: RecordingInbox) -> AsyncIterator[SlackSocketMode]:
-    adapter = SlackAdapter(socket_config(slack), accept=inbox.accept, known_thread=not_known)
+    adapter = SlackAdapter(socket_config(slack), GatewayServices(accept=inbox.accept, is_live=not_known))
     connection = SlackSocketMode(
-        adapter, slack.app_token, slack.base_url, ping_interval_s=PING_S, silence_timeout_s=SILENCE_S
+        adapter.bolt, slack.app_token, slack.base_url, ping_interval_s=PING_S, silence_timeout_s=SILENCE_S
     )
     await connection.start()
     await wait_until(lambda: connection.state == ConnectionState.CONNECTED, what="connected")
@@ -111,24 +112,27 @@ def mention(ts: str, event_id: str | None = None) -> dict[str, Any]:
 
 def test_config_needs_the_credential_of_its_mode() -> None:
     # HTTP stays the default mode and, as before, needs only the signing secret.
-    assert SlackConfig(bot_token="xoxb-1", signing_secret="s").mode == "http"
-    with pytest.raises(ValidationError, match="signing secret"):
-        SlackConfig(bot_token="xoxb-1")
-    assert SlackConfig(bot_token="xoxb-1", mode="socket", app_token="xapp-1").signing_secret is None
-    for app_token in (None, "", "xoxb-bot"):
-        with pytest.raises(ValidationError, match="app-level token"):
-            SlackConfig(bot_token="xoxb-1", mode="socket", app_token=app_token)
+    http = SlackConfig(_env_file=None, bot_token="xoxb-1", signing_secret="s")
+    assert http.mode == "http" and http.configured
+    assert SlackConfig(_env_file=None, bot_token="xoxb-1").missing() == ["SLACK_SIGNING_SECRET"]
+    socket = SlackConfig(_env_file=None, bot_token="xoxb-1", mode="socket", app_token="xapp-1")
+    assert socket.configured and socket.signing_secret is None
+    for app_token in (None, ""):
+        unset = SlackConfig(_env_file=None, bot_token="xoxb-1", mode="socket", app_token=app_token)
+        assert not unset.configured and unset.missing() == ["SLACK_APP_TOKEN"]
+    with pytest.raises(ValidationError, match="app-level token"):
+        SlackConfig(_env_file=None, bot_token="xoxb-1", mode="socket", app_token="xoxb-bot")
 
 
 async def test_socket_mode_refuses_http_deliveries_and_bad_arguments(inbox: RecordingInbox) -> None:
-    config = SlackConfig(bot_token="xoxb-1", mode="socket", app_token="xapp-1")
-    adapter = SlackAdapter(config, accept=inbox.accept, known_thread=not_known)
+    config = SlackConfig(_env_file=None, bot_token="xoxb-1", mode="socket", app_token="xapp-1")
+    adapter = SlackAdapter(config, GatewayServices(accept=inbox.accept, is_live=not_known))
     response = await adapter.handle(make_mocked_request("POST", "/slack/events"))
     assert response.status == 404
     with pytest.raises(ValueError, match="xapp"):
-        SlackSocketMode(adapter, SecretStr("xoxb-1"))
+        SlackSocketMode(adapter.bolt, SecretStr("xoxb-1"))
     with pytest.raises(ValueError, match="ping_interval"):
-        SlackSocketMode(adapter, "xapp-1", ping_interval_s=10, silence_timeout_s=15)
+        SlackSocketMode(adapter.bolt, "xapp-1", ping_interval_s=10, silence_timeout_s=15)
 
 
 async def test_fake_connections_open_takes_only_the_app_token(slack: FakeSlack) -> None:

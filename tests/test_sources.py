@@ -246,7 +246,6 @@ def test_postgres_catalog(pg_table: tuple[DataSourceConfig, str]) -> None:
         ("region", False),
         ("gmv", True),
     ]
-    assert len(description.sample_rows) == 5
     with pytest.raises(TableNotFound):
         describe_source_table(cfg, "orders; DROP TABLE x", schema)
 
@@ -293,7 +292,6 @@ def test_mysql_catalog(mysql_table: tuple[DataSourceConfig, str]) -> None:
     }
     description = describe_source_table(cfg, table)
     assert [c.name for c in description.columns] == ["id", "region", "gmv"]
-    assert len(description.sample_rows) == 5
 
 
 # --- DuckDB file ------------------------------------------------------------------------------

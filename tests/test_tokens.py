@@ -13,30 +13,25 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
+from agent_core.config import BudgetConfig
 from agent_core.messages import Role, StandardMessage, TextBlock, ToolResultBlock, ToolUseBlock
+from agent_core.request import ModelRequest, SystemBlock
 from agent_core.state import ThreadState, ThreadUsage
 from agent_core.store.db import create_engine, session_factory
 from agent_core.store.tables import CallRecordRow
-from agent_core.tokens import (
+from agent_core.tokens.budget import check_budget, day_bounds, user_tokens_since
+from agent_core.tokens.estimate import (
     CJK_TOKENS_PER_CHAR,
     CL100K_SHA256,
-    BudgetConfig,
-    ModelInfo,
-    ModelTable,
     TextKind,
     TokenCounter,
     TokenizerUnavailable,
-    budget_tokens,
-    check_budget,
     cl100k_path,
     classify,
-    cost_usd,
-    day_bounds,
     load_cl100k,
-    record_usage,
-    usage_lines,
-    user_tokens_since,
 )
+from agent_core.tokens.prices import ModelInfo, ModelTable, budget_tokens, cost_usd
+from agent_core.tokens.usage import record_usage, usage_lines
 from gateway.migrate import upgrade
 from tests.context_harness import rig
 from tests.fakes.anthropic_api import estimate_tokens
@@ -66,7 +61,7 @@ OFFLINE_PROBE = textwrap.dedent(
     tiktoken.get_encoding = no_registry
     tiktoken.registry.get_encoding = no_registry
 
-    from agent_core.tokens import TokenCounter, load_cl100k
+    from agent_core.tokens.estimate import TokenCounter, load_cl100k
 
     encoding = load_cl100k()
     assert encoding.encode_ordinary("hello world") == [15339, 1917], encoding.encode_ordinary("hello world")
@@ -185,7 +180,8 @@ async def test_context_estimate_is_reported_usage_plus_new_messages(tmp_path: Pa
         encoding = CountingEncoding()
         counter = TokenCounter(encoding)  # type: ignore[arg-type]
         r.compression.counter = counter
-        estimate = r.compression.estimate({"system": "-"}, [*history, *new], state)
+        request = ModelRequest(system=(SystemBlock("-"),), messages=[], tools=[])
+        estimate = r.compression.estimate(request, [*history, *new], state)
         assert estimate == state.usage.last_context_tokens + counter.messages([history[-1], *new])
         assert encoding.chars < 300  # the new messages only, not the conversation
 

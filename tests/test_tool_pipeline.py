@@ -18,20 +18,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_core.data.uploads import QueryResult
+from agent_core.data.duckdb_engine import QueryResult
 from agent_core.messages import ToolUseBlock
-from agent_core.tools.base import (
-    ErrorType,
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolPipelineConfig,
-    ToolRegistry,
-    ToolResult,
-)
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ErrorType, Tool, ToolError, ToolResult
 from agent_core.tools.formatting import estimate_tokens
 from agent_core.tools.levels import LevelSource, OutputLevel, decide_output_level
 from agent_core.tools.policy import BreakerState, CircuitBreaker, RetryPolicy
+from agent_core.tools.registry import ToolPipelineConfig, ToolRegistry
 from agent_core.workspace.local import thread_dir_name
 
 THREAD = "slack:T1:C1:1700000001.000100"
@@ -60,7 +54,7 @@ class FakeTool(Tool[FakeInput]):
         for key, value in declared.items():  # timeout_s, idempotent, retry, ... per instance
             setattr(self, key, value)
 
-    async def run(self, args: FakeInput, ctx: ToolContext) -> Any:
+    async def run(self, args: FakeInput, ctx: RunContext) -> Any:
         self.calls += 1
         if callable(self._behave):
             return await self._behave(args, self.calls)
@@ -76,11 +70,11 @@ def call(name: str = "fake", call_id: str = "toolu_1", **tool_input: Any) -> Too
 
 
 @pytest.fixture
-def ctx(tmp_path: Path) -> ToolContext:
-    return ToolContext(thread_id=THREAD, data_dir=tmp_path)
+def ctx(tmp_path: Path) -> RunContext:
+    return RunContext(thread_id=THREAD, data_dir=tmp_path)
 
 
-def data_path(ctx: ToolContext, result: ToolResult) -> Path:
+def data_path(ctx: RunContext, result: ToolResult) -> Path:
     """Where the model-visible /data/<name> of a result lives on disk."""
     assert result.data_file is not None and result.data_file.startswith("/data/")
     name = result.data_file.removeprefix("/data/")
@@ -118,7 +112,7 @@ def test_level_decision_chain_each_rung() -> None:
     assert decide_output_level(full, None, context_fill=0.8).level is full  # "over" 80 %, not at
 
 
-async def test_level_comes_from_call_tool_and_global_default(ctx: ToolContext) -> None:
+async def test_level_comes_from_call_tool_and_global_default(ctx: RunContext) -> None:
     data = [{"city": f"c{i}"} for i in range(30)]
     tool_full = FakeTool(data, name="wide", default_output_level=OutputLevel.FULL)
     registry = ToolRegistry(
@@ -135,9 +129,9 @@ async def test_level_comes_from_call_tool_and_global_default(ctx: ToolContext) -
     assert "| c19 |" in by_call.observation and "| c20 |" not in by_call.observation
 
 
-async def test_nearly_full_context_forces_brief_but_keeps_the_data(ctx: ToolContext) -> None:
+async def test_nearly_full_context_forces_brief_but_keeps_the_data(ctx: RunContext) -> None:
     registry = ToolRegistry([returning(query_result(50))])
-    ctx.context_fill = 0.85
+    ctx.turn.context_fill = 0.85
     result = await registry.execute(call(output_level="full"), ctx)
     assert result.output_level is OutputLevel.BRIEF and result.level_source is LevelSource.CONTEXT
     assert "Found 50 rows" in result.observation and "| region |" not in result.observation
@@ -155,7 +149,7 @@ def test_every_tool_schema_offers_output_level() -> None:
     assert "output_level" not in spec["input_schema"].get("required", [])
 
 
-async def test_output_level_is_stripped_before_validation(ctx: ToolContext) -> None:
+async def test_output_level_is_stripped_before_validation(ctx: RunContext) -> None:
     registry = ToolRegistry([returning("hello")])
     result = await registry.execute(call(n=2, output_level="BRIEF"), ctx)  # extra="forbid" input
     assert not result.is_error and result.observation == "hello"
@@ -166,7 +160,7 @@ async def test_output_level_is_stripped_before_validation(ctx: ToolContext) -> N
 # --- formatting by level and shape --------------------------------------------------------------
 
 
-async def test_standard_table_is_markdown_preview_with_truncation_notice(ctx: ToolContext) -> None:
+async def test_standard_table_is_markdown_preview_with_truncation_notice(ctx: RunContext) -> None:
     registry = ToolRegistry([returning(query_result(50, truncated=True))])
     result = await registry.execute(call(), ctx)
     obs = result.observation
@@ -179,7 +173,7 @@ async def test_standard_table_is_markdown_preview_with_truncation_notice(ctx: To
     assert 'output_level="full"' in obs  # the model is told how to get the rest
 
 
-async def test_brief_table_names_row_count_and_columns(ctx: ToolContext) -> None:
+async def test_brief_table_names_row_count_and_columns(ctx: RunContext) -> None:
     rows = [{"region": "East China", "gmv": i} for i in range(1204)]
     result = await ToolRegistry([returning(rows)]).execute(call(output_level="brief"), ctx)
     assert result.observation.startswith("Found 1,204 rows; columns: region, gmv.")
@@ -188,7 +182,7 @@ async def test_brief_table_names_row_count_and_columns(ctx: ToolContext) -> None
     assert single.observation == "Found 1 row: region = region-0, gmv = 0.0."  # the answer itself
 
 
-async def test_full_small_result_is_complete_and_saved(ctx: ToolContext) -> None:
+async def test_full_small_result_is_complete_and_saved(ctx: RunContext) -> None:
     result = await ToolRegistry([returning(query_result(40))]).execute(call(output_level="full"), ctx)
     assert all(f"| region-{i} | {i * 10.5} |" in result.observation for i in range(40))
     assert f"Complete data: {result.data_file} (" in result.observation
@@ -198,7 +192,7 @@ async def test_full_small_result_is_complete_and_saved(ctx: ToolContext) -> None
     assert saved[0] == ["region", "gmv"] and len(saved) == 41 and saved[40] == ["region-39", "409.5"]
 
 
-async def test_full_large_result_is_file_reference_plus_summary(ctx: ToolContext) -> None:
+async def test_full_large_result_is_file_reference_plus_summary(ctx: RunContext) -> None:
     data = query_result(3000)  # ~60 KB: too much to inline, well under 1 MB
     result = await ToolRegistry([returning(data)]).execute(call(output_level="full"), ctx)
     obs = result.observation
@@ -212,7 +206,7 @@ async def test_full_large_result_is_file_reference_plus_summary(ctx: ToolContext
 
 
 @pytest.mark.parametrize("level", ["brief", "standard", "full"])
-async def test_over_one_megabyte_goes_to_a_file_at_every_level(ctx: ToolContext, level: str) -> None:
+async def test_over_one_megabyte_goes_to_a_file_at_every_level(ctx: RunContext, level: str) -> None:
     blob = {"events": [{"id": i, "payload": "x" * 200} for i in range(6000)]}  # ~1.3 MB
     result = await ToolRegistry([returning(blob)]).execute(call(output_level=level), ctx)
     assert result.size_bytes > 1024 * 1024 and result.data_file in result.observation
@@ -220,7 +214,7 @@ async def test_over_one_megabyte_goes_to_a_file_at_every_level(ctx: ToolContext,
     assert json.loads(data_path(ctx, result).read_text()) == blob
 
 
-async def test_same_data_lands_in_the_same_file(ctx: ToolContext) -> None:
+async def test_same_data_lands_in_the_same_file(ctx: RunContext) -> None:
     registry = ToolRegistry([returning({"a": 1}), FakeTool({"a": 2}, name="other")])
     first = await registry.execute(call(call_id="t1", output_level="full"), ctx)
     again = await registry.execute(call(call_id="t2", output_level="full"), ctx)
@@ -230,7 +224,7 @@ async def test_same_data_lands_in_the_same_file(ctx: ToolContext) -> None:
     assert len(list(data_path(ctx, first).parent.iterdir())) == 2
 
 
-async def test_object_shape_per_level(ctx: ToolContext) -> None:
+async def test_object_shape_per_level(ctx: RunContext) -> None:
     data = {"status": "ok", "count": 120, "ids": list(range(120))}
     registry = ToolRegistry([returning(data)])
     brief = await registry.execute(call(output_level="brief"), ctx)
@@ -242,7 +236,7 @@ async def test_object_shape_per_level(ctx: ToolContext) -> None:
     assert json.loads(full.observation.split("\n\nComplete data:")[0]) == data
 
 
-async def test_scalar_list_and_text_per_level(ctx: ToolContext) -> None:
+async def test_scalar_list_and_text_per_level(ctx: RunContext) -> None:
     registry = ToolRegistry([returning(list(range(100))), FakeTool("line\n" * 400, name="text")])
     brief = await registry.execute(call(output_level="brief"), ctx)
     standard = await registry.execute(call(), ctx)
@@ -257,7 +251,7 @@ async def test_scalar_list_and_text_per_level(ctx: ToolContext) -> None:
     assert text_standard.observation == "line\n" * 400
 
 
-async def test_pydantic_model_and_dataframe_are_shaped_by_content(ctx: ToolContext) -> None:
+async def test_pydantic_model_and_dataframe_are_shaped_by_content(ctx: RunContext) -> None:
     class Report(BaseModel):
         title: str
         regions: list[str]
@@ -273,7 +267,7 @@ async def test_pydantic_model_and_dataframe_are_shaped_by_content(ctx: ToolConte
     assert "| East China | 12.5 |\n| North China | 7.25 |" in table.observation
 
 
-async def test_huge_observation_becomes_head_and_tail_preview(ctx: ToolContext) -> None:
+async def test_huge_observation_becomes_head_and_tail_preview(ctx: RunContext) -> None:
     text = "BEGIN\n" + "".join(f"line {i} of the log\n" for i in range(12_000)) + "END\n"  # ~250 KB
     result = await ToolRegistry([returning(text)]).execute(call(), ctx)
     obs = result.observation
@@ -292,7 +286,7 @@ def test_token_estimate_counts_cjk_per_character() -> None:
 # --- errors --------------------------------------------------------------------------------------
 
 
-async def test_validation_error_names_field_and_reason(ctx: ToolContext) -> None:
+async def test_validation_error_names_field_and_reason(ctx: RunContext) -> None:
     tool = returning("never")
     result = await ToolRegistry([tool]).execute(call(call_id="toolu_v", n=0), ctx)
     assert error_of(result) == {
@@ -305,7 +299,7 @@ async def test_validation_error_names_field_and_reason(ctx: ToolContext) -> None
     assert tool.calls == 0
 
 
-async def test_unknown_tool_and_oversized_input_are_refused(ctx: ToolContext) -> None:
+async def test_unknown_tool_and_oversized_input_are_refused(ctx: RunContext) -> None:
     tool = returning("never")
     registry = ToolRegistry([tool], ToolPipelineConfig(max_input_bytes=1000))
     unknown = error_of(await registry.execute(call("nope"), ctx))
@@ -336,7 +330,7 @@ async def test_unknown_tool_and_oversized_input_are_refused(ctx: ToolContext) ->
     ],
 )
 async def test_tool_failures_use_the_standard_error(
-    ctx: ToolContext, raised: Exception, error_type: str, code: str, message: str
+    ctx: RunContext, raised: Exception, error_type: str, code: str, message: str
 ) -> None:
     async def fail(args: FakeInput, attempt: int) -> Any:
         raise raised
@@ -352,7 +346,7 @@ async def test_tool_failures_use_the_standard_error(
     assert (result.error_type, result.error_code) == (ErrorType(error_type), code)
 
 
-async def test_timeout(ctx: ToolContext) -> None:
+async def test_timeout(ctx: RunContext) -> None:
     async def slow(args: FakeInput, attempt: int) -> str:
         await asyncio.sleep(5)
         return "late"
@@ -389,7 +383,7 @@ def _sleeps(seconds: float) -> Behaviour:
 FAST_RETRY = RetryPolicy(initial_delay_s=0.01, timeout_multiplier=4)
 
 
-async def test_idempotent_tool_retries_with_a_longer_timeout(ctx: ToolContext) -> None:
+async def test_idempotent_tool_retries_with_a_longer_timeout(ctx: RunContext) -> None:
     tool = FakeTool(_sleeps(0.1), timeout_s=0.05, idempotent=True, retry=FAST_RETRY)
     result = await ToolRegistry([tool]).execute(call(), ctx)
     # Attempt 1 times out at 0.05 s; attempt 2 gets 0.2 s and finishes.
@@ -397,13 +391,13 @@ async def test_idempotent_tool_retries_with_a_longer_timeout(ctx: ToolContext) -
     assert result.retries == 1 and tool.calls == 2
 
 
-async def test_non_idempotent_tool_is_not_retried(ctx: ToolContext) -> None:
+async def test_non_idempotent_tool_is_not_retried(ctx: RunContext) -> None:
     tool = FakeTool(_sleeps(0.1), timeout_s=0.05, idempotent=False, retry=FAST_RETRY)
     result = await ToolRegistry([tool]).execute(call(), ctx)
     assert error_of(result)["type"] == "timeout" and result.retries == 0 and tool.calls == 1
 
 
-async def test_retries_back_off_and_stop(ctx: ToolContext) -> None:
+async def test_retries_back_off_and_stop(ctx: RunContext) -> None:
     times: list[float] = []
 
     async def busy(args: FakeInput, attempt: int) -> Any:
@@ -436,7 +430,7 @@ class FakeClock:
         return self.now
 
 
-async def test_circuit_breaker_opens_probes_and_closes(ctx: ToolContext) -> None:
+async def test_circuit_breaker_opens_probes_and_closes(ctx: RunContext) -> None:
     clock = FakeClock()
     healthy = False
 
@@ -474,7 +468,7 @@ async def test_circuit_breaker_opens_probes_and_closes(ctx: ToolContext) -> None
     assert tool.calls == 5
 
 
-async def test_model_mistakes_do_not_open_the_breaker(ctx: ToolContext) -> None:
+async def test_model_mistakes_do_not_open_the_breaker(ctx: RunContext) -> None:
     async def bad_sql(args: FakeInput, attempt: int) -> Any:
         raise ToolError("no such column: gmvv")
 
@@ -503,7 +497,7 @@ def test_half_open_admits_a_single_probe() -> None:
 # --- parallel calls ------------------------------------------------------------------------------
 
 
-async def test_concurrency_safe_calls_overlap_and_keep_call_order(ctx: ToolContext) -> None:
+async def test_concurrency_safe_calls_overlap_and_keep_call_order(ctx: RunContext) -> None:
     spans: dict[str, tuple[float, float]] = {}
 
     def timed(name: str, seconds: float, safe: bool) -> FakeTool:

@@ -6,9 +6,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agent_core.messages import Role, StandardMessage, TextBlock, ToolUseBlock
+from agent_core.messages import ToolUseBlock
 from agent_core.model import ModelResponse, Usage
-from agent_core.tools.base import ErrorType, ToolContext, ToolResult
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ErrorType, ToolResult
 from agent_core.tracing import TracingHook
 
 
@@ -17,10 +18,7 @@ async def test_spans_for_model_and_tool_calls(tmp_path) -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     hook = TracingHook(provider.get_tracer("test"))
-    ctx = ToolContext(thread_id="t1", data_dir=tmp_path)
-    history = [StandardMessage(thread_id="t1", role=Role.USER, content=[TextBlock(text="secret question")])]
-
-    await hook.before_model({"messages": []}, history, ctx)
+    ctx = RunContext(thread_id="t1", data_dir=tmp_path)
     await hook.after_model(
         ModelResponse(
             content=[],

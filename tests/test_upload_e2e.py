@@ -59,7 +59,8 @@ async def test_csv_in_a_thread_answers_which_region_drove_the_drop(database_url,
 
         answers = [p["markdown_text"] for p in slack.posted(channel="C1", thread_ts=THREAD) if "markdown_text" in p]
         assert answers[-1].startswith("The drop was driven by **East China**")
-        [chart] = slack.uploads
+        chart, data = slack.uploads
+        assert data.filename.endswith(".csv") and data.thread_ts == THREAD
         assert chart.thread_ts == THREAD and chart.channel_id == "C1"
         assert chart.content.startswith(b"\x89PNG")
         # The file was fetched with the bot token, through Slack's redirect.

@@ -11,6 +11,12 @@ import duckdb
 import pytest
 
 from agent_core.data.demo import DEMO_ANOMALIES, DEMO_VERSION, ensure_demo_database
+from agent_core.data.duckdb_engine import (
+    _query_connection,
+    describe_table,
+    list_tables,
+    run_duckdb_query,
+)
 from agent_core.data.errors import (
     MalformedUpload,
     QueryFailed,
@@ -20,15 +26,8 @@ from agent_core.data.errors import (
     UnsupportedUploadType,
     UploadTooLarge,
 )
-from agent_core.data.uploads import (
-    UploadLimits,
-    _query_connection,
-    describe_table,
-    list_tables,
-    load_upload,
-    run_duckdb_query,
-    table_name_for,
-)
+from agent_core.data.ingest import load_upload, table_name_for
+from agent_core.data.upload_limits import UploadLimits
 
 
 def _dump(db: Path, sql: str) -> bytes:

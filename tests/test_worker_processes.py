@@ -6,16 +6,26 @@ wait), a worker that dies is replaced, and workers never outlive serve, even a S
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
+import psycopg
+import pytest
+
+from agent_core.messages import InboundMessage, ThreadKey
+from agent_core.store.db import create_engine
+from gateway.inbox import Inbox
+from gateway.inbox_postgres import CHANNEL, listener_name
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention
 from tests.harness import SIGNING_SECRET
 from tests.serve_process import (
+    BA_AGENT,
     alive,
     children,
     clean_env,
@@ -66,7 +76,7 @@ def test_worker_answers_at_once_and_is_replaced_when_it_dies(database_url: str, 
             assert len(workers) == 2
 
             assert post_event(port, app_mention("<@UBOT> first?", "U1", "C1", ts="1700000001.000100")) == 200
-            slack.wait_for_sync("chat.postMessage", count=1, timeout=15)
+            slack.wait_for_sync("chat.stopStream", count=1, timeout=15)  # answers stream
 
             os.kill(workers[0], signal.SIGKILL)
             wait_until(lambda: get_json(port, "/readyz")[1]["workers"]["ready"] < 2, 10, "the dead worker to show")
@@ -75,7 +85,7 @@ def test_worker_answers_at_once_and_is_replaced_when_it_dies(database_url: str, 
             assert workers[0] not in children(serve.pid) and len(children(serve.pid)) == 2
 
             assert post_event(port, app_mention("<@UBOT> second?", "U1", "C2", ts="1700000002.000100")) == 200
-            slack.wait_for_sync("chat.postMessage", count=2, timeout=15)
+            slack.wait_for_sync("chat.stopStream", count=2, timeout=15)
         finally:
             out = stop(serve)
         answers = {p["channel"]: p["markdown_text"] for p in slack.posted()}
@@ -109,3 +119,48 @@ def test_workers_stop_with_serve_on_sigterm(tmp_path: Path) -> None:
     assert serve.returncode == 0
     assert not any(alive(pid) for pid in workers)
     assert "exited with code" not in out  # a requested stop is not a crash
+
+
+def listening(database_url: str, pid: int) -> bool:
+    """Whether process `pid` has a connection LISTENing for new inbox events."""
+    with psycopg.connect(database_url.split("?")[0], autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT query FROM pg_stat_activity WHERE application_name = %s", (listener_name(pid),)
+        ).fetchone()
+    return row is not None and row[0] == f"LISTEN {CHANNEL}"
+
+
+async def accept_on_another_replica(database_url: str) -> None:
+    engine = create_engine(database_url)
+    inbox = Inbox(engine)
+    root = "1700000003.000100"
+    try:
+        await inbox.accept(
+            InboundMessage(
+                platform="slack", event_id="Ev3", message_id=root, workspace="T1", channel="C3",
+                thread=ThreadKey(platform="slack", workspace="T1", channel="C3", root=root),
+                reply_in_thread=root, user="U1", text="third?",
+            )
+        )
+    finally:
+        await inbox.close()
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_worker_hears_of_work_accepted_by_another_replica(database_url: str, tmp_path: Path) -> None:
+    # A worker on its own (another host or container) polls only every 60 s here: an answer
+    # within the wait below proves the database told it.
+    with FakeAnthropic.in_thread() as anthropic, \
+            FakeSlack.in_thread(bot_token="xoxb-test", bot_user_id="UBOT", team_id="T1") as slack:
+        anthropic.script(Reply([text("Third answer.")]))
+        env = gateway_env(tmp_path, database_url, anthropic, slack)
+        worker = subprocess.Popen([BA_AGENT, "worker"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_until(lambda: listening(database_url, worker.pid), 60, "the worker to listen")
+            asyncio.run(accept_on_another_replica(database_url))
+            slack.wait_for_sync("chat.stopStream", count=1, timeout=15)
+        finally:
+            stop(worker)
+        assert [p["markdown_text"] for p in slack.posted()] == ["Third answer."]

@@ -1,1 +1,3 @@
-"""A local terminal 'platform', for trying the agent without Slack or Feishu."""
+"""A local terminal 'platform', for trying the agent without a chat platform
+(`ba-agent chat`): `platform.ConsolePlatform` is its plugin, `responder.ConsoleResponder` prints
+progress and answers."""

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Literal, TextIO
 
+from adapters.approval_clicks import accept_click
+from adapters.base import GatewayServices
 from adapters.download import AttachmentError
-from agent_core.messages import Attachment, InboundMessage, OutboundReply
+from agent_core.governance.approval import ApprovalStatus, ApprovalView
+from agent_core.i18n import Language, t
+from agent_core.messages import Attachment, InboundMessage, OutboundReply, new_id
+from agent_core.monitors.model import AlertStatus, AlertView
 
 PLATFORM = "console"
+_YES = {"y", "yes", "是"}  # the approval prompt's answers that approve
 
 
 class _ConsoleStream:
@@ -35,8 +42,12 @@ class ConsoleResponder:
 
     platform = PLATFORM
 
-    def __init__(self, out: TextIO = sys.stdout) -> None:
+    def __init__(
+        self, out: TextIO = sys.stdout, read_line: Callable[[str], str] = input, services: GatewayServices | None = None
+    ) -> None:
         self._out = out
+        self._read_line = read_line
+        self._services = services
         self._streams: dict[str, _ConsoleStream] = {}
         self._answered: dict[str, asyncio.Event] = {}
 
@@ -74,6 +85,56 @@ class ConsoleResponder:
     def mention(self, user: str) -> str:
         return ""
 
+    async def ask_approval(self, msg: InboundMessage, approval: ApprovalView) -> str | None:
+        """Show the request and ask at once: the terminal's user is the asker, and the answer
+        is accepted like a click (the turn resumes after this one's event is done)."""
+        request, language = approval.request, msg.language
+        if request.estimated_rows is not None:
+            estimate = t(language, "~{rows} rows", rows=f"{request.estimated_rows:,}")
+        else:
+            estimate = t(language, "unknown")
+        asked = t(
+            language,
+            "Approval needed for a query on {source} ({reasons}).\nTables: {tables}; estimated scan: {estimate}",
+            source=request.source,
+            reasons="; ".join(request.reasons),
+            tables=", ".join(request.tables) or t(language, "none"),
+            estimate=estimate,
+        )
+        self._out.write("\n" + "".join(f"  {line}\n" for line in asked.splitlines()) + f"  SQL: {request.sql}\n")
+        self._out.flush()
+        line = await asyncio.to_thread(self._read_line, "  " + t(language, "approve? [y/N]") + " ")
+        choice: Literal["approve", "reject"] = "approve" if line.strip().lower() in _YES else "reject"
+        services = self._services
+        if services is not None and services.approvals is not None:
+            await accept_click(
+                services.approvals, services.accept, platform=self.platform, approval_id=approval.id,
+                choice=choice, user=msg.user, user_name=msg.user_name, event_id=f"console:{new_id()}",
+            )  # fmt: skip
+        return approval.id
+
+    async def show_decision(self, msg: InboundMessage, approval: ApprovalView) -> None:
+        self._out.write(f"\n  · {_decision(approval.status, msg.language)}\n")
+        self._out.flush()
+
+    async def post_alert(self, alert: AlertView) -> str | None:
+        self._out.write(f"\n{alert.markdown()}\n")
+        self._out.flush()
+        return alert.id
+
+    async def update_alert(self, alert: AlertView) -> None:
+        who = alert.acted_by or t(alert.language, "someone")
+        if alert.status is AlertStatus.MUTED and alert.muted_until is not None:
+            until = f"{alert.muted_until:%Y-%m-%d %H:%M}"
+            done = t(alert.language, "Muted by {who} until {until} UTC", who=who, until=until)
+        else:
+            done = t(alert.language, "Acknowledged by {who}", who=who)
+        self._out.write(f"\n  · {done}\n")
+        self._out.flush()
+
+    async def user_locale(self, user: str) -> str | None:
+        return None  # a terminal has no user profile: the message's language decides
+
     def dm_address(self, user: str) -> str | None:
         return user  # the terminal is the user's DM
 
@@ -84,3 +145,13 @@ class ConsoleResponder:
         self, msg: InboundMessage, attachment: Attachment, dest: Path, max_bytes: int
     ) -> Path:
         raise AttachmentError("the console has no file attachments")
+
+
+def _decision(status: ApprovalStatus, language: Language) -> str:
+    if status is ApprovalStatus.APPROVED:
+        return t(language, "Approved")
+    if status is ApprovalStatus.REJECTED:
+        return t(language, "Rejected")
+    if status is ApprovalStatus.EXPIRED:
+        return t(language, "Expired")
+    return t(language, "Withdrawn")

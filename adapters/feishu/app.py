@@ -3,31 +3,43 @@ configured mode (the /feishu/events webhook handler, or the long connection)."""
 
 from __future__ import annotations
 
-from adapters.base import AcceptMessage, ConnectionStatus
+from adapters.base import ConnectionStatus, GatewayServices, Handler, Route
+from adapters.feishu.card_actions import CardActions
 from adapters.feishu.client import FeishuClient
 from adapters.feishu.config import FeishuConfig
-from adapters.feishu.events import PLATFORM, KnownThread
+from adapters.feishu.events import PLATFORM
 from adapters.feishu.longconn import FeishuLongConnection
 from adapters.feishu.responder import FeishuResponder
-from adapters.feishu.webhook import Handler, make_feishu_handler
+from adapters.feishu.webhook import make_feishu_handler
 
 
 class FeishuAdapter:
-    """Feishu / Lark: `handle` for POST /feishu/events, `responder`, and in websocket mode a
-    long connection that `start()` opens and `close()` shuts."""
+    """Feishu / Lark (an `adapters.base.PlatformAdapter`): `handle` for POST /feishu/events,
+    `responder`, and in websocket mode a long connection that `start()` opens and `stop()`
+    shuts."""
 
     platform = PLATFORM
 
-    def __init__(self, config: FeishuConfig, accept: AcceptMessage, known_thread: KnownThread) -> None:
+    def __init__(self, config: FeishuConfig, services: GatewayServices) -> None:
         self.config = config
         self.client = FeishuClient(config)
         self.responder = FeishuResponder(self.client, config)
-        self.handle: Handler = make_feishu_handler(config, accept, self.client.bot_open_id, known_thread)
+        card_actions = CardActions(
+            services.accept, services.approvals, services.monitor_actions, self.responder.update_alert
+        )
+        self.handle: Handler = make_feishu_handler(
+            config, services.accept, self.client.bot_open_id, services.is_live, card_actions
+        )
         self.long_connection = (
-            FeishuLongConnection(config, accept, self.client.bot_open_id, known_thread)
+            FeishuLongConnection(
+                config, services.accept, self.client.bot_open_id, services.is_live, card_actions=card_actions
+            )
             if config.mode == "websocket"
             else None
         )
+
+    def handler(self, route: Route) -> Handler:
+        return self.handle
 
     async def start(self) -> None:
         """Open the long connection (websocket mode); nothing to do for webhooks."""
@@ -38,7 +50,7 @@ class FeishuAdapter:
         """The long connection's state for /readyz (None in webhook mode)."""
         return self.long_connection.status() if self.long_connection is not None else None
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         """Stop receiving, then release the API client."""
         if self.long_connection is not None:
             await self.long_connection.stop()

@@ -1,11 +1,14 @@
-"""Settings of the Feishu / Lark adapter (the gateway builds them from FEISHU_* env vars)."""
+"""Settings of the Feishu / Lark adapter: the FEISHU_* environment variables (and `.env`)."""
 
 from __future__ import annotations
 
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from adapters.base import PlatformSettings
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
 LARK_DOMAIN = "https://open.larksuite.com"
@@ -13,17 +16,18 @@ LARK_DOMAIN = "https://open.larksuite.com"
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 
-class FeishuConfig(BaseModel):
-    """One Feishu/Lark custom app.
+class FeishuConfig(PlatformSettings):
+    """One Feishu/Lark custom app; configured once its id and secret are set.
 
-    Env vars (read by the gateway's settings): FEISHU_APP_ID, FEISHU_APP_SECRET,
-    FEISHU_VERIFICATION_TOKEN, FEISHU_ENCRYPT_KEY, FEISHU_DOMAIN, FEISHU_MODE.
+    Env vars: FEISHU_APP_ID, FEISHU_APP_SECRET, FEISHU_VERIFICATION_TOKEN, FEISHU_ENCRYPT_KEY,
+    FEISHU_DOMAIN, FEISHU_MODE. The other fields tune the adapter; they read FEISHU_<FIELD>
+    like every field of a settings class, but are not part of the documented configuration.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="FEISHU_", frozen=True)
 
-    app_id: str = Field(min_length=1)
-    app_secret: SecretStr
+    app_id: str = ""
+    app_secret: SecretStr = SecretStr("")
     verification_token: SecretStr | None = None
     encrypt_key: SecretStr | None = None
     # https://open.feishu.cn (Feishu, China) or https://open.larksuite.com (Lark, international).
@@ -76,12 +80,23 @@ class FeishuConfig(BaseModel):
     @model_validator(mode="after")
     def _webhook_needs_a_secret(self) -> FeishuConfig:
         # Without a verification token or an encrypt key anyone could post events to the webhook.
-        if self.mode == "webhook" and self.verification_token is None and self.encrypt_key is None:
+        unverifiable = self.verification_token is None and self.encrypt_key is None
+        if self.configured and self.mode == "webhook" and unverifiable:
             raise ValueError(
                 "webhook mode needs FEISHU_VERIFICATION_TOKEN or FEISHU_ENCRYPT_KEY "
                 "(preferably both)"
             )
         return self
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.app_id and self.app_secret.get_secret_value())
+
+    def missing(self) -> list[str]:
+        return [] if self.configured else ["FEISHU_APP_ID/FEISHU_APP_SECRET"]
+
+    def describe(self) -> str:
+        return self.mode if self.configured else "off"
 
     @property
     def stream_enabled(self) -> bool:

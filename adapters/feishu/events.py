@@ -1,8 +1,9 @@
 """Parse Feishu event payloads (already decrypted and verified) into InboundMessages.
 
 Handled: schema 2.0 `im.message.receive_v1` with message types text, post, image, file, audio and
-media. Everything else (other event types, card action callbacks, messages from bots, group
-messages that do not mention the bot, stale redeliveries) becomes `Ignored(reason)`.
+media. Everything else (other event types, messages from bots, group messages that do not
+mention the bot, stale redeliveries) becomes `Ignored(reason)`; card action callbacks are read
+by `card_actions` instead (the pipeline routes them there).
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def parse_event(
     except ValidationError as exc:
         raise MalformedEvent(f"bad event header: {exc.error_count()} errors") from exc
     if header.event_type == CARD_ACTION:
-        return Ignored("card action callbacks are not handled")
+        return Ignored("card action callbacks are read by card_actions")
     if header.event_type != MESSAGE_RECEIVED:
         return Ignored(f"event type {header.event_type!r} is not handled")
     try:

@@ -1,69 +1,97 @@
-"""Long-connection mode: receive events over lark-oapi's websocket client instead of a webhook.
+"""Long-connection mode: receive Feishu events over a websocket the app opens, instead of a webhook.
 
-lark-oapi's `ws.Client` blocks in `start()` and drives everything through one module-level event
-loop (`lark_oapi.ws.client.loop`, captured at import). So the client runs in a dedicated thread
-that installs a fresh loop as that module global before building the client; only one long
-connection can run per process. Each event is parsed and committed on the service loop
-(`run_coroutine_threadsafe(…).result()`), and the frame is acknowledged only after the commit,
-so a failure makes Feishu redeliver rather than lose the event.
+Feishu's long-connection protocol, spoken here on the service loop with aiohttp:
+1. POST `{domain}/callback/ws/endpoint` with the AppID and AppSecret returns the wss URL (its
+   query names the `device_id` and `service_id`) and a ClientConfig: ping interval, and how to
+   reconnect (count, interval, a random first delay up to the nonce).
+2. On the websocket every frame is a binary protobuf `pbbp2.Frame` (lark-oapi ships the class;
+   its module is imported off the loop on first use, as lark-oapi takes seconds to import).
+   Control frames carry header type=ping/pong: the client pings every ping interval, and a pong's
+   payload may carry a new ClientConfig. Data frames carry type=event, a message_id, and sum/seq
+   for a payload split over several frames.
+3. An event is acknowledged by sending its frame back with header `biz_rt` (milliseconds taken)
+   and the JSON payload `{"code": 200}`; `{"code": 500}` (or no answer) makes Feishu redeliver.
+   A card action callback arrives as an event too; its response (a toast for the clicker) goes
+   back in the ack as `data`, base64 of its JSON (as lark-oapi's client sends it).
 
-The SDK reconnects dropped connections by itself. A supervisor on the service loop covers what it
-does not: a silent connection (no frame, not even a pong, for `ws_silence_timeout_s`) and a client
-thread that died; both restart the client with backoff.
-
-The SDK offers no public stop and no frame hook: `_MonitoredWsClient` overrides
-`_handle_message` (to time frames) and shutdown calls `_disconnect`. These are the only private
-lark-oapi members used (checked against lark-oapi 1.7.x).
+An event goes through the `FeishuEventPipeline` the webhook uses, and is acknowledged only after
+its message is committed. A dropped socket is reopened as the ClientConfig says; the
+`ConnectionSupervisor` replaces the whole client when it fails, gives up, or goes silent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import base64
 import json
 import logging
-import threading
+import random
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
 
-import lark_oapi as lark
-import lark_oapi.ws.client as lark_ws_client
+import aiohttp
+from aiohttp import ClientWebSocketResponse, WSMsgType
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adapters.base import AcceptMessage, ConnectionState, ConnectionStatus
+from adapters.feishu.card_actions import CardActions
 from adapters.feishu.config import FeishuConfig
-from adapters.feishu.events import Ignored, KnownThread, MalformedEvent, parse_event_in_context
-from adapters.feishu.webhook import BotOpenIdProvider
+from adapters.feishu.events import KnownThread, MalformedEvent
+from adapters.feishu.pipeline import BotIdentityUnavailable, BotOpenIdProvider, FeishuEventPipeline
+from adapters.supervisor import ConnectionMonitor, ConnectionSupervisor
+
+if TYPE_CHECKING:
+    from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 
 log = logging.getLogger(__name__)
 
-_ACCEPT_TIMEOUT_S = 10.0
-_SUPERVISE_EVERY_S = 0.5
-_STOP_POLL_S = 0.5
+ENDPOINT_PATH = "/callback/ws/endpoint"
+CONTROL, DATA = 0, 1  # Frame.method
+_HTTP_TIMEOUT_S = 30.0
+# aiohttp waits up to 10 s for the peer's close frame, which a dead peer never sends.
+_CLOSE_TIMEOUT_S = 2.0
+# On close, events being committed get this long to finish and be acknowledged.
+_DRAIN_TIMEOUT_S = 5.0
+# Parts of a split payload wait this long for the rest (as lark-oapi's client).
+_PARTS_TTL_S = 5.0
+# Endpoint codes that mean "try again later"; any other refusal is the app's (credentials, limits).
+_SERVER_BUSY_CODES = frozenset({1, 1000040343})
+# A refused handshake names its reason in these headers.
+_HANDSHAKE_STATUS, _HANDSHAKE_AUTH_CODE = "handshake-status", "handshake-autherrcode"
+_AUTH_FAILED, _FORBIDDEN, _TOO_MANY_CONNECTIONS = 514, 403, 1000040350
 
 
-class _EventSink:
-    """The ws client's event handler: it calls `_do_without_validation(payload)` for every event
-    frame and acknowledges the frame when that returns (an exception answers 500)."""
-
-    def __init__(self, deliver: Any) -> None:
-        self._deliver = deliver
-
-    def _do_without_validation(self, payload: bytes) -> None:
-        self._deliver(payload)
+class LongConnectionRefused(Exception):
+    """Feishu refused this app a long connection (credentials, connection limit): reconnecting
+    at once would not help, so the supervisor backs off."""
 
 
-class _MonitoredWsClient(lark.ws.Client):
-    """lark-oapi's ws client, reporting every received frame (pongs included)."""
+class LongConnectionUnavailable(Exception):
+    """Feishu could not open a long connection now (busy, unreachable)."""
 
-    def __init__(self, *args: Any, on_frame: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._on_frame = on_frame
 
-    async def _handle_message(self, msg: bytes) -> None:
-        self._on_frame()
-        await super()._handle_message(msg)
+class ClientConfig(BaseModel):
+    """How Feishu wants the client to behave (defaults: lark-oapi's, used until it says)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    reconnect_count: int = Field(-1, alias="ReconnectCount")  # -1: forever
+    reconnect_interval_s: float = Field(120, alias="ReconnectInterval", ge=0)
+    reconnect_nonce_s: float = Field(30, alias="ReconnectNonce", ge=0)
+    ping_interval_s: float = Field(120, alias="PingInterval", gt=0)
+
+
+class _Endpoint(BaseModel):
+    url: str = Field(alias="URL")
+    client_config: ClientConfig | None = Field(None, alias="ClientConfig")
+
+
+class _EndpointReply(BaseModel):
+    code: int
+    msg: str = ""
+    data: _Endpoint | None = None
 
 
 class FeishuLongConnection:
@@ -76,216 +104,258 @@ class FeishuLongConnection:
         bot_open_id_provider: BotOpenIdProvider,
         known_thread: KnownThread,
         *,
+        card_actions: CardActions | None = None,
         max_restart_backoff_s: float = 60.0,
     ) -> None:
         self._config = config
-        self._accept = accept
-        self._bot_open_id = bot_open_id_provider
-        self._known_thread = known_thread
-        self._max_restart_backoff_s = max_restart_backoff_s
-        self._lock = threading.Lock()  # guards the status fields, written from the ws thread
-        self._state = ConnectionState.STOPPED
-        self._connected_since: datetime | None = None
-        self._last_frame: float | None = None  # monotonic, for the silence check
-        self._last_frame_at: datetime | None = None
-        self._last_event_at: datetime | None = None
-        self._started_at = 0.0  # monotonic start of the current client
-        self._restarts = 0
-        self._service_loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ws_loop: asyncio.AbstractEventLoop | None = None
-        self._supervisor: asyncio.Task[None] | None = None
+        self._pipeline = FeishuEventPipeline(config, accept, bot_open_id_provider, known_thread, card_actions)
+        self._supervisor = ConnectionSupervisor(
+            "feishu long connection",
+            self._connect,
+            silence_timeout_s=config.ws_silence_timeout_s,
+            max_restart_backoff_s=max_restart_backoff_s,
+        )
 
     @property
     def state(self) -> ConnectionState:
         """connecting, connected, reconnecting or stopped."""
-        return self._state
+        return self._supervisor.state
 
     def status(self) -> ConnectionStatus:
         """A snapshot for readiness checks."""
-        with self._lock:
-            return ConnectionStatus(
-                state=self._state,
-                connected_since=self._connected_since,
-                last_frame_at=self._last_frame_at,
-                last_event_at=self._last_event_at,
-                restarts=self._restarts,
-            )
+        return self._supervisor.status()
 
     async def start(self) -> None:
-        """Start the client thread and its supervisor; returns at once (see `state`)."""
-        if self._supervisor is not None:
-            return
-        self._service_loop = asyncio.get_running_loop()
-        self._set_state(ConnectionState.CONNECTING)
-        self._start_client()
-        self._supervisor = asyncio.create_task(self._supervise(), name="feishu-longconn-supervisor")
+        """Start connecting; returns at once (see `state`)."""
+        await self._supervisor.start()
 
     async def stop(self) -> None:
-        """Close the connection and stop the client thread."""
-        if self._supervisor is None:
-            return
-        self._set_state(ConnectionState.STOPPED)
-        self._supervisor.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._supervisor
-        self._supervisor = None
-        await self._stop_client()
+        """Close the connection (events being committed are acknowledged first)."""
+        await self._supervisor.stop()
 
-    # --- supervision -------------------------------------------------------------------------
+    async def _connect(self, monitor: ConnectionMonitor) -> None:
+        """Run one client until cancelled (the supervisor's connection coroutine)."""
+        frame_type = await asyncio.to_thread(_frame_type)
+        timeout = aiohttp.ClientTimeout(total=_HTTP_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            await _Client(self._config, self._pipeline, monitor, http, frame_type).run()
 
-    async def _supervise(self) -> None:
-        failures = 0
+
+def _frame_type() -> type[Frame]:
+    from lark_oapi.ws.pb.pbbp2_pb2 import Frame
+
+    return Frame
+
+
+class _Client:
+    """One long-connection client: the endpoint, the socket, pings, frames, reconnects."""
+
+    def __init__(
+        self,
+        config: FeishuConfig,
+        pipeline: FeishuEventPipeline,
+        monitor: ConnectionMonitor,
+        http: aiohttp.ClientSession,
+        frame_type: Callable[[], Frame],
+    ) -> None:
+        self._config = config
+        self._pipeline = pipeline
+        self._monitor = monitor
+        self._http = http
+        self._new_frame = frame_type
+        self._settings = ClientConfig()
+        self._service_id = 0
+        self._parts: dict[str, tuple[float, list[bytes | None]]] = {}  # message_id → (first seen, parts)
+
+    async def run(self) -> None:
+        """Hold the connection, reopening it after drops; raises when it cannot."""
+        await self._hold(await self._open())  # a first failure is the supervisor's to retry
         while True:
-            await asyncio.sleep(_SUPERVISE_EVERY_S)
-            alive = self._thread is not None and self._thread.is_alive()
-            with self._lock:
-                heard = max(self._last_frame or 0.0, self._started_at)
-            silent_s = time.monotonic() - heard
-            if alive and silent_s < self._config.ws_silence_timeout_s:
-                if self._state == ConnectionState.CONNECTED:
-                    failures = 0
-                continue
-            reason = "client thread ended" if not alive else f"no frame for {silent_s:.0f}s"
-            failures += 1
-            delay = min(2 ** (failures - 1), self._max_restart_backoff_s) if failures > 1 else 0
-            log.warning("feishu long connection: %s; restarting in %.0fs", reason, delay)
-            self._set_state(ConnectionState.RECONNECTING)
-            await self._stop_client()
-            if delay:
-                await asyncio.sleep(delay)
-            with self._lock:
-                self._restarts += 1
-            self._start_client()
+            self._monitor.connection_lost()
+            await asyncio.sleep(random.random() * self._settings.reconnect_nonce_s)
+            await self._hold(await self._reopen())
 
-    def _start_client(self) -> None:
-        with self._lock:
-            self._started_at = time.monotonic()
-            self._connected_since = None
-        # Created here (not on the thread) so that `_stop_client` always has a loop to stop; a
-        # stop requested before the loop runs makes its first run return at once.
-        self._ws_loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._run_client, args=(self._ws_loop,), name="feishu-longconn", daemon=True
-        )
-        self._thread.start()
-
-    async def _stop_client(self) -> None:
-        thread, ws_loop = self._thread, self._ws_loop
-        if thread is None or ws_loop is None:
-            return
-        rounds = 0
-        while thread.is_alive():
-            # Asked again each round: a stop that lands in the SDK's initial connect is swallowed
-            # by its retry path, and the next one ends it. A thread stuck in a blocking call (the
-            # SDK fetches its endpoint without a timeout) must still end before the next client
-            # starts, as they share the SDK's module loop.
-            with contextlib.suppress(RuntimeError):  # the loop is closed: the thread is ending
-                ws_loop.call_soon_threadsafe(ws_loop.stop)
-            await asyncio.to_thread(thread.join, _STOP_POLL_S)
-            rounds += 1
-            if rounds % 20 == 0:
+    async def _reopen(self) -> ClientWebSocketResponse:
+        tries = 0
+        while True:
+            try:
+                return await self._open()
+            except (LongConnectionUnavailable, aiohttp.ClientError, TimeoutError) as exc:
+                tries += 1
+                if 0 <= self._settings.reconnect_count <= tries:
+                    raise
                 log.warning(
-                    "feishu long connection: still waiting for the old client thread to end"
+                    "feishu long connection: reconnect failed (%s); next try in %.0fs",
+                    type(exc).__name__,
+                    self._settings.reconnect_interval_s,
                 )
-        self._thread = self._ws_loop = None
+                await asyncio.sleep(self._settings.reconnect_interval_s)
 
-    # --- the client thread -------------------------------------------------------------------
-
-    def _run_client(self, loop: asyncio.AbstractEventLoop) -> None:
-        asyncio.set_event_loop(loop)
-        # The SDK schedules everything on this module global (see the module docstring); the
-        # client must also be built here, as its constructor binds a task to the current loop.
-        lark_ws_client.loop = loop
-        client: _MonitoredWsClient | None = None
+    async def _open(self) -> ClientWebSocketResponse:
+        url = await self._endpoint()
         try:
-            client = _MonitoredWsClient(
-                self._config.app_id,
-                self._config.app_secret.get_secret_value(),
-                log_level=lark.LogLevel.WARNING,
-                event_handler=_EventSink(self._deliver),
-                domain=self._config.domain,
-                auto_reconnect=True,
-                on_frame=self._on_frame,
-            )
-            client.on_reconnecting = lambda: self._set_state(ConnectionState.RECONNECTING)
-            client.start()
-        except RuntimeError as exc:
-            if "Event loop stopped" not in str(exc):  # that one is how `_stop_client` ends it
-                log.exception("feishu long connection: client failed")
-        except Exception:
-            log.exception("feishu long connection: client failed")
+            self._service_id = int(parse_qs(urlsplit(url).query)["service_id"][0])
+        except (KeyError, ValueError):
+            raise LongConnectionUnavailable("the endpoint URL names no service_id") from None
+        try:
+            return await self._http.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=_CLOSE_TIMEOUT_S))
+        except aiohttp.WSServerHandshakeError as exc:
+            raise _handshake_refusal(exc) from None
+        except aiohttp.ClientError as exc:  # its text may quote the URL, whose query has a ticket
+            raise LongConnectionUnavailable(f"websocket connect failed ({type(exc).__name__})") from None
+
+    async def _endpoint(self) -> str:
+        """The websocket URL to dial (and the ClientConfig to follow)."""
+        body = {"AppID": self._config.app_id, "AppSecret": self._config.app_secret.get_secret_value()}
+        async with self._http.post(
+            f"{self._config.domain}{ENDPOINT_PATH}", json=body, headers={"locale": "zh"}
+        ) as response:
+            status, raw = response.status, await response.read()
+        try:
+            reply = _EndpointReply.model_validate_json(raw)
+        except ValidationError:
+            raise LongConnectionUnavailable(f"endpoint answered HTTP {status} without a reply") from None
+        if reply.code in _SERVER_BUSY_CODES or status >= 500:
+            raise LongConnectionUnavailable(f"endpoint: code {reply.code} {reply.msg}")
+        if reply.code != 0 or reply.data is None:
+            raise LongConnectionRefused(f"endpoint: code {reply.code} {reply.msg}")
+        if reply.data.client_config is not None:
+            self._settings = reply.data.client_config
+        return reply.data.url
+
+    async def _hold(self, ws: ClientWebSocketResponse) -> None:
+        """Receive until the socket closes; then let running handlers finish, and close it."""
+        pinger = asyncio.create_task(self._ping(ws), name="feishu-long-connection-ping")
+        handlers: set[asyncio.Task[None]] = set()
+        try:
+            async for message in ws:
+                if message.type == WSMsgType.ERROR:
+                    break
+                if message.type != WSMsgType.BINARY:
+                    continue
+                frame = self._new_frame()
+                try:
+                    frame.ParseFromString(message.data)
+                except Exception:  # protobuf's DecodeError, whose module is lark-oapi's vendored copy
+                    log.warning("feishu long connection: a frame that is not a pbbp2.Frame; ignored")
+                    continue
+                self._monitor.frame_received()
+                if frame.method == CONTROL:
+                    self._control(frame)
+                elif frame.method == DATA:
+                    handler = asyncio.create_task(self._data(ws, frame))
+                    handlers.add(handler)
+                    handler.add_done_callback(handlers.discard)
         finally:
-            _shutdown(loop, client)
+            pinger.cancel()
+            if handlers:
+                _, late = await asyncio.wait(set(handlers), timeout=_DRAIN_TIMEOUT_S)
+                for task in late:
+                    task.cancel()
+            await ws.close()
 
-    def _on_frame(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self._last_frame = now
-            self._last_frame_at = datetime.now(UTC)
-            if self._state != ConnectionState.STOPPED and self._state != ConnectionState.CONNECTED:
-                self._state = ConnectionState.CONNECTED
-                self._connected_since = self._last_frame_at
-                log.info("feishu long connection: connected")
+    async def _ping(self, ws: ClientWebSocketResponse) -> None:
+        while not ws.closed:
+            ping = self._frame(CONTROL, {"type": "ping"})
+            try:
+                await ws.send_bytes(ping.SerializeToString())
+            except (ConnectionError, RuntimeError) as exc:  # the socket is closing: `_hold` ends
+                log.debug("feishu long connection: ping not sent: %s", exc)
+                return
+            await asyncio.sleep(self._settings.ping_interval_s)
 
-    def _deliver(self, payload: bytes) -> None:
-        """Runs on the ws thread: process the event on the service loop, wait for the commit."""
-        loop = self._service_loop
-        if loop is None or loop.is_closed():
-            raise RuntimeError("service loop is gone")
-        future = asyncio.run_coroutine_threadsafe(self._process(payload), loop)
+    def _control(self, frame: Frame) -> None:
+        headers = {h.key: h.value for h in frame.headers}
+        if headers.get("type") == "pong" and frame.payload:
+            try:
+                self._settings = ClientConfig.model_validate_json(frame.payload)
+            except ValidationError:
+                log.debug("feishu long connection: a pong without a usable ClientConfig")
+
+    async def _data(self, ws: ClientWebSocketResponse, frame: Frame) -> None:
+        headers = {h.key: h.value for h in frame.headers}
+        payload = self._whole_payload(headers, frame.payload)
+        if payload is None or headers.get("type") != "event":
+            return  # awaiting more parts; legacy "card" frames are not handled (nor acknowledged)
+        self._monitor.event_received()
+        started = time.monotonic()
+        code, answer = await self._process(payload)
+        ack = frame.headers.add()
+        ack.key, ack.value = "biz_rt", str(int((time.monotonic() - started) * 1000))
+        response: dict[str, Any] = {"code": code}
+        if answer:
+            response["data"] = base64.b64encode(json.dumps(answer, ensure_ascii=False).encode()).decode()
+        frame.payload = json.dumps(response).encode()
         try:
-            future.result(timeout=_ACCEPT_TIMEOUT_S)
-        except FutureTimeout:
-            future.cancel()
-            raise
+            await ws.send_bytes(frame.SerializeToString())
+        except (ConnectionError, RuntimeError) as exc:
+            log.info("feishu long connection: ack lost with the socket (%s); Feishu redelivers", exc)
 
-    async def _process(self, payload: bytes) -> None:
+    async def _process(self, payload: bytes) -> tuple[int, dict[str, Any]]:
+        """The HTTP-style status to acknowledge the event with (500: redeliver it), and the
+        callback response to send with it (empty for events)."""
         try:
             event = json.loads(payload)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):
             log.warning("feishu long connection: event frame is not JSON; dropped")
-            return
+            return 200, {}
         if not isinstance(event, dict):
-            return
+            log.warning("feishu long connection: event frame is not a JSON object; dropped")
+            return 200, {}
         try:
-            result = await parse_event_in_context(
-                event, config=self._config, bot_open_id=await self._bot_open_id(), known_thread=self._known_thread
-            )
+            answer = await self._pipeline.process(event, transport="long connection")
         except MalformedEvent as exc:
-            # Redelivery would not fix it: acknowledge and drop.
             log.warning("feishu long connection: malformed event dropped: %s", exc)
-            return
-        if isinstance(result, Ignored):
-            log.debug("feishu long connection: ignored: %s", result.reason)
-            return
-        outcome = await self._accept(result)
-        with self._lock:
-            self._last_event_at = datetime.now(UTC)
-        log.info("feishu long connection: message %s %s", result.message_id, outcome)
+            return 200, {}  # redelivery would not fix it
+        except BotIdentityUnavailable:
+            return 500, {}
+        except Exception:
+            log.exception("feishu long connection: the event could not be stored; Feishu redelivers it")
+            return 500, {}
+        return 200, answer
 
-    def _set_state(self, state: ConnectionState) -> None:
-        with self._lock:
-            if self._state == ConnectionState.STOPPED and state != ConnectionState.CONNECTING:
-                return  # stopping wins over late reports from the client thread
-            self._state = state
-            if state != ConnectionState.CONNECTED:
-                self._connected_since = None
-
-
-def _shutdown(loop: asyncio.AbstractEventLoop, client: _MonitoredWsClient | None) -> None:
-    """Cancel the client's tasks, close its socket, close the loop (on the client thread)."""
-    # Cancel first: the SDK's receive loop would otherwise see the closed socket and reconnect.
-    for _ in range(3):
-        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
-        if not tasks:
-            break
-        for task in tasks:
-            task.cancel()
-        loop.run_until_complete(asyncio.wait(tasks, timeout=1.0))
-    if client is not None:
+    def _whole_payload(self, headers: dict[str, str], part: bytes) -> bytes | None:
+        """The payload, once every part of it arrived (None before)."""
         try:
-            loop.run_until_complete(asyncio.wait_for(client._disconnect(), timeout=2.0))
-        except Exception as exc:  # best effort: the socket dies with the loop anyway
-            log.debug("feishu long connection: disconnect failed: %s", exc)
-    loop.close()
+            total, seq = int(headers.get("sum", "1")), int(headers.get("seq", "0"))
+        except ValueError:
+            return None
+        if total <= 1:
+            return part
+        if not 0 <= seq < total:
+            return None
+        now = time.monotonic()
+        self._parts = {k: v for k, v in self._parts.items() if now - v[0] < _PARTS_TTL_S}
+        message_id = headers.get("message_id", "")
+        _, parts = self._parts.setdefault(message_id, (now, [None] * total))
+        if len(parts) != total:
+            return None
+        parts[seq] = part
+        if any(p is None for p in parts):
+            return None
+        del self._parts[message_id]
+        return b"".join(p for p in parts if p is not None)
+
+    def _frame(self, method: int, headers: dict[str, Any]) -> Frame:
+        frame = self._new_frame()
+        frame.SeqID = frame.LogID = 0
+        frame.service = self._service_id
+        frame.method = method
+        for key, value in headers.items():
+            header = frame.headers.add()
+            header.key, header.value = key, value
+        return frame
+
+
+def _handshake_refusal(exc: aiohttp.WSServerHandshakeError) -> Exception:
+    """The typed error a refused websocket handshake stands for."""
+    headers: Mapping[str, str] = exc.headers or {}
+    try:
+        status = int(headers.get(_HANDSHAKE_STATUS, ""))
+    except ValueError:
+        return LongConnectionUnavailable(f"websocket handshake failed: HTTP {exc.status}")
+    if status == _FORBIDDEN or (
+        status == _AUTH_FAILED and headers.get(_HANDSHAKE_AUTH_CODE) == str(_TOO_MANY_CONNECTIONS)
+    ):
+        return LongConnectionRefused(f"websocket handshake refused ({status})")
+    return LongConnectionUnavailable(f"websocket handshake failed ({status})")

@@ -1,9 +1,10 @@
 """Markdown answers → Feishu message content: JSON 2.0 cards, rich-text posts, plain text.
 
-A card's JSON may be at most 30 KB and should hold at most 3 Markdown tables, so long answers are
-split at block boundaries (paragraphs, fenced code, tables) into several messages. A block that is
-too big on its own is split by lines; code fences are closed and reopened, and a split table
-repeats its header row.
+A card's JSON may be at most 30 KB, so long answers are split at block boundaries (paragraphs,
+fenced code, tables) into several messages. Each table of an answer is a card table component,
+one per card (further tables go to further cards); a table too big for a card shows its first
+rows, and its full CSV follows as a file. The last part of an answer that used data ends with
+its provenance: a grey line and the SQL in a collapsed panel.
 """
 
 from __future__ import annotations
@@ -11,29 +12,60 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
+
+from adapters import markdown_tables
+from adapters.markdown_tables import Table, plain_text
+from agent_core.i18n import Language, t
+from agent_core.provenance import ENGLISH, Provenance, ProvenanceWords
 
 MAX_CARD_BYTES = 30 * 1024
 # Room left for the card's own JSON around the Markdown (schema, config, element wrapper).
 CONTENT_BUDGET_BYTES = MAX_CARD_BYTES - 2 * 1024
+# Markdown tables a streaming card's Markdown element should hold (the preview only).
 MAX_TABLES_PER_CARD = 3
+# A card table component shows at most 50 columns, and pages through its rows 10 at a time.
+MAX_TABLE_COLUMNS = 50
+TABLE_PAGE_SIZE = 10
 # The Markdown element that streaming updates and final answers write to.
 ANSWER_ELEMENT_ID = "answer"
 MORE_MARK = "\n\n…"
+# The SQL shown in a card's panel: with the answer's part it must fit one card.
+MAX_PROVENANCE_SQL_CHARS = 8000
 
-_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _TABLE_SEPARATOR = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
 _SEPARATOR_COST = 4  # "\n\n" as escaped JSON
+# Bytes kept free beside a cut table for the note that says it was cut.
+_CUT_NOTE_BYTES = 400
 
 
 @dataclass
-class _Block:
-    kind: Literal["text", "code", "table"]
-    lines: list[str]
+class CardPart:
+    """One card of an answer: Markdown, then at most one table (the rows of it that fit);
+    `full_table` is the whole table when the card shows only part of it."""
 
-    @property
-    def text(self) -> str:
-        return "\n".join(self.lines)
+    markdown: str
+    table: Table | None = None
+    full_table: Table | None = None
+
+
+def card_parts(text: str, *, budget_bytes: int = CONTENT_BUDGET_BYTES) -> list[CardPart]:
+    """The answer as cards, each within `budget_bytes`, each with at most one table."""
+
+    def fits(lead: str, table: Table) -> bool:
+        shown = _fit_table(table, budget_bytes)
+        return _cost(lead) + _SEPARATOR_COST + _table_cost(shown) + _CUT_NOTE_BYTES <= budget_bytes
+
+    parts: list[CardPart] = []
+    for part in markdown_tables.answer_parts(text, budget=budget_bytes, cost=_cost, fits=fits):
+        if part.table is None:
+            parts.append(CardPart(part.text))
+            continue
+        room = budget_bytes - (_cost(part.text) + _SEPARATOR_COST if part.text else 0)
+        shown = _fit_table(part.table, room)
+        cut = shown.rows != part.table.rows or shown.width != part.table.width
+        parts.append(CardPart(part.text, shown, part.table if cut else None))
+    return parts
 
 
 def split_markdown(
@@ -42,45 +74,130 @@ def split_markdown(
     budget_bytes: int = CONTENT_BUDGET_BYTES,
     max_tables: int = MAX_TABLES_PER_CARD,
 ) -> list[str]:
-    """Split Markdown into parts that each fit one card (size and table count)."""
-    blocks = [piece for block in _blocks(text) for piece in _fit(block, budget_bytes)]
-    parts: list[str] = []
-    current: list[_Block] = []
-    cost = tables = 0
-    for block in blocks:
-        block_cost = _cost(block.text)
-        too_big = cost + _SEPARATOR_COST + block_cost > budget_bytes
-        too_many_tables = block.kind == "table" and tables >= max_tables
-        if current and (too_big or too_many_tables):
-            parts.append("\n\n".join(b.text for b in current))
-            current, cost, tables = [], 0, 0
-        cost += block_cost + (_SEPARATOR_COST if current else 0)
-        tables += block.kind == "table"
-        current.append(block)
-    if current:
-        parts.append("\n\n".join(b.text for b in current))
-    return parts
+    """Split Markdown (tables left as Markdown) into parts that each fit one card's Markdown."""
+    return markdown_tables.split_markdown(text, budget=budget_bytes, cost=_cost, max_tables=max_tables)
 
 
 def stream_preview(text: str) -> str:
-    """What a streaming card shows of a partial answer: the part that fits one card."""
+    """What a streaming card shows of a partial answer: the part that fits one card (its tables
+    as Markdown, which the card's Markdown element draws; the final card has table components)."""
     parts = split_markdown(text)
     if not parts:
         return ""
     return parts[0] + (MORE_MARK if len(parts) > 1 else "")
 
 
-def answer_card(markdown: str) -> dict[str, Any]:
-    """A JSON 2.0 card showing one Markdown part of an answer."""
+def answer_card(
+    markdown: str,
+    provenance: Provenance | None = None,
+    table: Table | None = None,
+    full_table: Table | None = None,
+    words: ProvenanceWords = ENGLISH,
+    language: Language = Language.EN,
+) -> dict[str, Any]:
+    """A JSON 2.0 card showing one part of an answer: its Markdown, then its table (with a note
+    when it shows only part of `full_table`); the last part of a data answer ends with its
+    provenance (see `provenance_elements`)."""
+    elements: list[dict[str, Any]] = []
+    if markdown or table is None:
+        elements.append(_markdown_element(markdown))
+    if table is not None:
+        elements.append(table_element(table))
+    if table is not None and full_table is not None:
+        note = cut_note(table, full_table, language)
+        elements.append({"tag": "markdown", "content": note, "text_size": "notation"})
+    if provenance is not None:
+        elements.extend(provenance_elements(provenance, words))
+    preview = summary(markdown) or (summary(", ".join(map(plain_text, table.header))) if table else "")
     return {
         "schema": "2.0",
-        "config": {
-            "update_multi": True,
-            "width_mode": "fill",
-            "summary": {"content": summary(markdown)},
-        },
-        "body": {"elements": [_markdown_element(markdown)]},
+        "config": {"update_multi": True, "width_mode": "fill", "summary": {"content": preview}},
+        "body": {"elements": elements},
     }
+
+
+def table_element(table: Table) -> dict[str, Any]:
+    """A card table component: one column per header cell (Markdown allowed in cells)."""
+    names = [f"c{i}" for i in range(table.width)]
+    return {
+        "tag": "table",
+        "page_size": TABLE_PAGE_SIZE,
+        "row_height": "low",
+        "header_style": {"bold": True, "background_style": "grey", "text_align": "left"},
+        "columns": [
+            {
+                "name": name,
+                "display_name": plain_text(table.header[i]),
+                "data_type": "lark_md",
+                "horizontal_align": table.column_align(i),
+                "width": "auto",
+            }
+            for i, name in enumerate(names)
+        ],
+        "rows": [_table_row(names, row) for row in table.rows],
+    }
+
+
+def cut_note(shown: Table, table: Table, language: Language = Language.EN) -> str:
+    """The note under a table that shows only part of the whole."""
+    rows = {"rows_shown": f"{len(shown.rows):,}", "rows": f"{len(table.rows):,}"}
+    columns = {"columns_shown": shown.width, "columns": table.width}
+    file = table.csv_name()
+    if shown.width >= table.width:
+        return t(language, "Showing the first {rows_shown} of {rows} rows; the full table follows as {file}.", file=file, **rows)
+    if len(shown.rows) >= len(table.rows):
+        return t(
+            language, "Showing the first {columns_shown} of {columns} columns; the full table follows as {file}.",
+            file=file, **columns,
+        )  # fmt: skip
+    return t(
+        language,
+        "Showing the first {rows_shown} of {rows} rows and the first {columns_shown} of {columns} columns; "
+        "the full table follows as {file}.",
+        file=file, **rows, **columns,
+    )  # fmt: skip
+
+
+def part_markdown(part: CardPart, language: Language = Language.EN) -> str:
+    """A card part as plain Markdown (for a rich-text post): its table as aligned text."""
+    table = [part.table.monospace()] if part.table is not None else []
+    note = [cut_note(part.table, part.full_table, language)] if part.table and part.full_table else []
+    return "\n\n".join(t for t in (part.markdown, *table, *note) if t)
+
+
+def provenance_elements(provenance: Provenance, words: ProvenanceWords = ENGLISH) -> list[dict[str, Any]]:
+    """The provenance line in grey, then the SQL behind the answer in a collapsed panel."""
+    sql = provenance.sql_listing(words, max_chars=MAX_PROVENANCE_SQL_CHARS)
+    return [
+        {
+            "tag": "markdown",
+            "content": f"<font color='grey'>{_escape(provenance.summary_line(words))}</font>",
+            "text_size": "notation",
+        },
+        {
+            "tag": "collapsible_panel",
+            "expanded": False,
+            "header": {"title": {"tag": "plain_text", "content": words.sql_title}},
+            "elements": [{"tag": "markdown", "content": f"```sql\n{sql}\n```"}],
+        },
+    ]
+
+
+def provenance_cost(provenance: Provenance | None, words: ProvenanceWords = ENGLISH) -> int:
+    """Bytes the provenance adds to a card (0 without one): the room the answer gives up."""
+    if provenance is None:
+        return 0
+    elements = provenance_elements(provenance, words)
+    return sum(_SEPARATOR_COST + len(json.dumps(e, ensure_ascii=False).encode()) for e in elements)
+
+
+def post_markdown(markdown: str, provenance: Provenance | None, words: ProvenanceWords = ENGLISH) -> str:
+    """The Markdown of a rich-text post, where no panel folds: the provenance line and the SQL
+    follow the answer's last part as text."""
+    if provenance is None:
+        return markdown
+    sql = provenance.sql_listing(words, max_chars=MAX_PROVENANCE_SQL_CHARS)
+    return f"{markdown}\n\n{provenance.summary_line(words)}\n\n```sql\n{sql}\n```"
 
 
 def streaming_card(markdown: str) -> dict[str, Any]:
@@ -114,6 +231,11 @@ def summary(markdown: str, limit: int = 80) -> str:
     return ""
 
 
+def _escape(text: str) -> str:
+    """Plain text for a card's Markdown: &, < and > as entities (< opens a tag there)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _markdown_element(markdown: str) -> dict[str, Any]:
     return {"tag": "markdown", "element_id": ANSWER_ELEMENT_ID, "content": markdown}
 
@@ -123,97 +245,23 @@ def _cost(text: str) -> int:
     return len(json.dumps(text, ensure_ascii=False).encode()) - 2
 
 
-def _blocks(text: str) -> list[_Block]:
-    """Paragraphs, fenced code blocks and tables, in order; blank lines separate paragraphs."""
-    lines = text.strip("\n").splitlines()
-    blocks: list[_Block] = []
-    paragraph: list[str] = []
-
-    def end_paragraph() -> None:
-        if paragraph:
-            blocks.append(_Block("text", paragraph.copy()))
-            paragraph.clear()
-
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        fence = _FENCE.match(line)
-        if fence:
-            end_paragraph()
-            marker = fence.group(1)
-            j = i + 1
-            while j < len(lines) and not lines[j].strip().startswith(marker):
-                j += 1
-            blocks.append(_Block("code", lines[i : j + 1]))
-            i = j + 1
-        elif "|" in line and i + 1 < len(lines) and _is_table_separator(lines[i + 1]):
-            end_paragraph()
-            j = i + 2
-            while j < len(lines) and "|" in lines[j] and lines[j].strip():
-                j += 1
-            blocks.append(_Block("table", lines[i:j]))
-            i = j
-        elif not line.strip():
-            end_paragraph()
-            i += 1
-        else:
-            paragraph.append(line)
-            i += 1
-    end_paragraph()
-    return blocks
+def _table_row(names: list[str], row: list[str]) -> dict[str, str]:
+    return {name: cell.replace("\\|", "|") for name, cell in zip(names, row, strict=True)}
 
 
-def _is_table_separator(line: str) -> bool:
-    # "|---|:--:|"; a bare "---" under a line is a heading underline or a rule, not a table.
-    return "|" in line and _TABLE_SEPARATOR.match(line) is not None
+def _table_cost(table: Table) -> int:
+    return len(json.dumps(table_element(table), ensure_ascii=False).encode())
 
 
-def _fit(block: _Block, budget: int) -> list[_Block]:
-    """The block, or pieces of it that each fit `budget`."""
-    if _cost(block.text) <= budget:
-        return [block]
-    if block.kind == "code":
-        opening = block.lines[0]
-        has_closing = len(block.lines) > 1 and _FENCE.match(block.lines[-1]) is not None
-        body = block.lines[1:-1] if has_closing else block.lines[1:]
-        fence = _FENCE.match(opening)
-        assert fence is not None  # a code block always starts with its fence line
-        closing = fence.group(1)
-        frame = [opening, closing]
-        return [_Block("code", [opening, *rows, closing]) for rows in _pack(body, budget, frame)]
-    if block.kind == "table":
-        header = block.lines[:2]
-        return [
-            _Block("table", [*header, *rows]) for rows in _pack(block.lines[2:], budget, header)
-        ]
-    return [_Block("text", rows) for rows in _pack(block.lines, budget, [])]
-
-
-def _pack(lines: list[str], budget: int, frame: list[str]) -> list[list[str]]:
-    """Group lines so that each group plus the repeated `frame` lines fits `budget`."""
-    room = budget - sum(_cost(line) + 2 for line in frame)
-    groups: list[list[str]] = []
-    group: list[str] = []
-    used = 0
-    for line in _hard_wrap(lines, room):
-        line_cost = _cost(line) + 2  # plus its "\n"
-        if group and used + line_cost > room:
-            groups.append(group)
-            group, used = [], 0
-        group.append(line)
-        used += line_cost
-    if group:
-        groups.append(group)
-    return groups
-
-
-def _hard_wrap(lines: list[str], room: int) -> list[str]:
-    """Cut lines longer than `room` bytes (a character costs at most 6 escaped bytes)."""
-    width = max(room // 6, 1)
-    out: list[str] = []
-    for line in lines:
-        if _cost(line) + 2 <= room:
-            out.append(line)
-        else:
-            out.extend(line[i : i + width] for i in range(0, len(line), width))
-    return out
+def _fit_table(table: Table, budget: int) -> Table:
+    """The first columns and rows of `table` whose component (and a note) fit `budget` bytes."""
+    shown = table.head(len(table.rows), MAX_TABLE_COLUMNS)
+    room = budget - _CUT_NOTE_BYTES - _table_cost(shown.head(0, shown.width))
+    names = [f"c{i}" for i in range(shown.width)]
+    rows = 0
+    for row in shown.rows:
+        room -= len(json.dumps(_table_row(names, row), ensure_ascii=False).encode()) + 1
+        if room < 0:
+            break
+        rows += 1
+    return shown.head(rows, shown.width)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import tempfile
 import time
 import uuid
 from collections import OrderedDict
@@ -20,15 +21,22 @@ from urllib.parse import parse_qs, urlsplit
 
 from adapters.download import AttachmentError
 from adapters.feishu import render
-from adapters.feishu.client import FeishuApiError, FeishuClient
+from adapters.feishu.approval_card import approval_card
+from adapters.feishu.client import FeishuClient
 from adapters.feishu.config import FeishuConfig
 from adapters.feishu.events import PLATFORM, attachments_of, quoted_message_id
+from adapters.feishu.monitor_card import alert_card
+from adapters.feishu.transport import FeishuApiError
+from adapters.markdown_tables import Table
+from agent_core.governance.approval import ApprovalView
+from agent_core.i18n import Language, t
 from agent_core.messages import Attachment, InboundMessage, OutboundFile, OutboundReply
+from agent_core.monitors.model import AlertView
+from agent_core.provenance import ENGLISH, Provenance, ProvenanceWords
 
 log = logging.getLogger(__name__)
 
 PROGRESS_EMOJI = "Typing"
-INITIAL_STATUS = "Thinking…"
 # Image formats im/v1/images accepts; anything else is sent as a file.
 _IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ico"}
 _FILE_TYPES = {
@@ -126,14 +134,20 @@ class FeishuAnswerStream:
         self.set_status(status)
         return True
 
-    async def finish(self, markdown: str) -> bool:
-        """End streaming and make `markdown` the card's final content; False if that failed."""
+    async def finish(
+        self,
+        part: render.CardPart,
+        provenance: Provenance | None = None,
+        words: ProvenanceWords = ENGLISH,
+        language: Language = Language.EN,
+    ) -> bool:
+        """End streaming and make `part` (and the answer's provenance, when this is its last
+        part) the card's final content; False if that failed."""
         await self.close()
+        card = render.answer_card(part.markdown, provenance, part.table, part.full_table, words, language)
         async with self._lock:
             try:
-                await self._client.update_card(
-                    self.card_id, render.answer_card(markdown), self._next_sequence()
-                )
+                await self._client.update_card(self.card_id, card, self._next_sequence())
             except FeishuApiError as exc:
                 log.warning(
                     "feishu: could not write the final answer into card %s: %s", self.card_id, exc
@@ -207,9 +221,10 @@ class FeishuResponder:
         if not self._config.stream_enabled:
             return None
         existing = self._streams.get(delivery_id)
-        if existing is not None and (not existing.closed or await existing.reopen(INITIAL_STATUS)):
+        initial_status = t(msg.language, "Thinking…")
+        if existing is not None and (not existing.closed or await existing.reopen(initial_status)):
             return existing  # a retried turn keeps writing into its card
-        shown = render.status_markdown(INITIAL_STATUS)
+        shown = render.status_markdown(initial_status)
         try:
             card_id = await self._client.create_card(render.streaming_card(shown))
             # The uuid includes the card: a new card (after a restart) must be posted, not
@@ -244,18 +259,29 @@ class FeishuResponder:
         `resumed` delivery (an earlier attempt may have posted some parts) needs nothing special:
         every message's uuid derives from the delivery id, and Feishu drops repeats for an hour.
         """
-        parts = render.split_markdown(reply.text)
+        # The last part carries the provenance (line and SQL panel): every part leaves room for it.
+        provenance = reply.provenance
+        words = ProvenanceWords.of(msg.language)
+        budget = render.CONTENT_BUDGET_BYTES - render.provenance_cost(provenance, words)
+        parts = render.card_parts(reply.text, budget_bytes=budget)
         stream = self._streams.get(delivery_id)
+        if not parts and (stream is not None or provenance is not None):
+            empty = t(msg.language, "(see the attached files)") if reply.files else t(msg.language, "(no answer)")
+            parts = [render.CardPart(empty)]
+        last = len(parts) - 1
         first = 0
-        if stream is not None:
-            if not parts:
-                parts = ["(see the attached files)" if reply.files else "(no answer)"]
-            if await stream.finish(parts[0]):
-                first = 1
+        if stream is not None and await stream.finish(parts[0], provenance if last == 0 else None, words, msg.language):
+            first = 1
         for index in range(first, len(parts)):
-            await self._post_markdown(
-                msg, parts[index], delivery_uuid(delivery_id, "text", str(index))
+            await self._post_part(
+                msg,
+                parts[index],
+                delivery_uuid(delivery_id, "text", str(index)),
+                provenance if index == last else None,
+                words,
             )
+        for table in (part.full_table for part in parts if part.full_table is not None):
+            await self._post_table_csv(msg, table, delivery_uuid(delivery_id, "table", table.csv_name()))
         for index, file in enumerate(reply.files):
             await self._post_file(msg, file, delivery_uuid(delivery_id, "file", str(index)))
         self._streams.pop(delivery_id, None)
@@ -310,16 +336,41 @@ class FeishuResponder:
         except FeishuApiError as exc:
             raise AttachmentError(f"Feishu refused the download (code {exc.code})") from exc
 
-    async def _post_markdown(self, msg: InboundMessage, markdown: str, key: str) -> None:
+    async def _post_markdown(
+        self, msg: InboundMessage, markdown: str, key: str, provenance: Provenance | None = None
+    ) -> None:
+        await self._post_part(msg, render.CardPart(markdown), key, provenance)
+
+    async def _post_part(
+        self,
+        msg: InboundMessage,
+        part: render.CardPart,
+        key: str,
+        provenance: Provenance | None = None,
+        words: ProvenanceWords = ENGLISH,
+    ) -> None:
         if self._config.cards_enabled:
             try:
                 await self._send(
-                    msg, "interactive", render.answer_card(markdown), delivery_uuid(key, "card")
+                    msg,
+                    "interactive",
+                    render.answer_card(part.markdown, provenance, part.table, part.full_table, words, msg.language),
+                    delivery_uuid(key, "card"),
                 )
                 return
             except FeishuApiError as exc:
                 log.warning("feishu: card reply failed, sending a post instead: %s", exc)
-        await self._send(msg, "post", render.post_content(markdown), delivery_uuid(key, "post"))
+        post = render.post_content(render.post_markdown(render.part_markdown(part, msg.language), provenance, words))
+        await self._send(msg, "post", post, delivery_uuid(key, "post"))
+
+    async def _post_table_csv(self, msg: InboundMessage, table: Table, key: str) -> None:
+        """The whole of a table a card showed only part of, as a CSV file."""
+        with tempfile.TemporaryDirectory(prefix="ba-table-") as folder:
+            path = Path(folder) / table.csv_name()
+            # With a BOM, so spreadsheet apps read Chinese right.
+            await asyncio.to_thread(path.write_text, table.csv(), encoding="utf-8-sig")
+            file = OutboundFile(path=str(path), title=table.csv_name(), mime_type="text/csv")
+            await self._post_file(msg, file, key)
 
     async def _post_file(self, msg: InboundMessage, file: OutboundFile, key: str) -> None:
         path = Path(file.path)
@@ -332,13 +383,48 @@ class FeishuResponder:
                 msg_type, content = "file", {"file_key": file_key}
         except (FeishuApiError, OSError) as exc:
             log.warning("feishu: could not upload %s: %s", path, exc)
-            note = render.text_content(f"(Could not attach {file.title or path.name}.)")
+            note = render.text_content(t(msg.language, "(Could not attach {name}.)", name=file.title or path.name))
             await self._send(msg, "text", note, delivery_uuid(key, "note"))
             return
         await self._send(msg, msg_type, content, key)
 
     def mention(self, user: str) -> str:
         return f'<at user_id="{user}"></at> '
+
+    async def ask_approval(self, msg: InboundMessage, approval: ApprovalView) -> str | None:
+        # A card whatever `cards_enabled` says: only a card carries buttons. Its clicks come
+        # back as card.action.trigger callbacks (`adapters.feishu.card_actions`).
+        card = approval_card(approval, msg.language)
+        return await self._send(msg, "interactive", card, delivery_uuid(f"approval-{approval.id}", "card"))
+
+    async def show_decision(self, msg: InboundMessage, approval: ApprovalView) -> None:
+        if not approval.message_ref:
+            return
+        try:
+            await self._client.update_card_message(approval.message_ref, approval_card(approval, msg.language))
+        except FeishuApiError as exc:
+            log.warning("feishu: could not show the decision on approval card %s: %s", approval.message_ref, exc)
+
+    async def post_alert(self, alert: AlertView) -> str | None:
+        # A card whatever `cards_enabled` says: only a card carries buttons. Its clicks come
+        # back as card.action.trigger callbacks (`adapters.feishu.card_actions`).
+        card = alert_card(alert)
+        message_id = await self._send(alert.address(), "interactive", card, delivery_uuid("alert", alert.id))
+        if alert.chart is not None:
+            threaded = alert.model_copy(update={"message_ref": message_id}).address(in_thread=True)
+            await self._post_file(threaded, alert.chart, delivery_uuid("alert-chart", alert.id))
+        return message_id
+
+    async def update_alert(self, alert: AlertView) -> None:
+        if not alert.message_ref:
+            return
+        try:
+            await self._client.update_card_message(alert.message_ref, alert_card(alert))
+        except FeishuApiError as exc:
+            log.warning("feishu: could not show who acted on alert card %s: %s", alert.message_ref, exc)
+
+    async def user_locale(self, user: str) -> str | None:
+        return None  # Feishu events carry no locale: the message's language decides
 
     def dm_address(self, user: str) -> str | None:
         return None  # Feishu posts to a chat id; a user's p2p chat id is known only inside it

@@ -7,8 +7,11 @@ Order of checks, each failing closed:
    window (else 401). The url_verification challenge may come unsigned; if signed, it is checked.
 4. With a verification token, the payload's token must equal it (else 401).
 5. url_verification → {"challenge": …} at once (no API call, so it works right after start-up).
-6. Anything else is parsed: a message for the bot is committed with `await accept(msg)` before
-   answering 200; ignorable events are answered 200 without touching the inbox.
+6. Anything else goes through the `FeishuEventPipeline` the long connection uses too: a message
+   for the bot is committed before answering 200; ignorable events are answered 200 without
+   touching the inbox; a malformed one 400; without the bot's identity 503 (Feishu retries).
+   A card action callback (an approval card's button) is checked the same way (steps 1-4, as
+   Feishu encrypts and signs callbacks like events) and answered with its callback response.
 
 A failed check answers 401 and stores nothing. lark-oapi's EventDispatcherHandler is not used: it
 has no timestamp window and answers 500 on a failed check, which makes Feishu retry.
@@ -29,15 +32,10 @@ from aiohttp import web
 
 from adapters.base import AcceptMessage
 from adapters.feishu import crypto
+from adapters.feishu.card_actions import CardActions
 from adapters.feishu.config import FeishuConfig
-from adapters.feishu.events import (
-    Ignored,
-    KnownThread,
-    MalformedEvent,
-    parse_event_in_context,
-    payload_token,
-    url_verification,
-)
+from adapters.feishu.events import KnownThread, MalformedEvent, payload_token, url_verification
+from adapters.feishu.pipeline import BotIdentityUnavailable, BotOpenIdProvider, FeishuEventPipeline
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +47,6 @@ NONCE_HEADER = "X-Lark-Request-Nonce"
 # float arithmetic of the window check).
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 
-BotOpenIdProvider = Callable[[], Awaitable[str]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -65,12 +62,16 @@ def make_feishu_handler(
     accept: AcceptMessage,
     bot_open_id_provider: BotOpenIdProvider,
     known_thread: KnownThread,
+    card_actions: CardActions | None = None,
 ) -> Handler:
-    """The aiohttp handler for Feishu's event subscription URL (mount at POST /feishu/events).
+    """The aiohttp handler for Feishu's event subscription URL (mount at POST /feishu/events),
+    also the card callback URL.
 
     `bot_open_id_provider` returns the bot's open_id (e.g. `FeishuClient.bot_open_id`); it is
-    awaited only for message events, never for the url_verification challenge.
+    awaited only for message events, never for the url_verification challenge. `card_actions`
+    acts on card clicks (None: clicks are answered as unknown).
     """
+    pipeline = FeishuEventPipeline(config, accept, bot_open_id_provider, known_thread, card_actions)
     encrypt_key = config.encrypt_key.get_secret_value() if config.encrypt_key else None
     token = config.verification_token.get_secret_value() if config.verification_token else None
 
@@ -129,23 +130,12 @@ def make_feishu_handler(
             return web.json_response({"challenge": challenge.challenge})
 
         try:
-            bot_open_id = await bot_open_id_provider()
-        except Exception:
-            # Without the bot's identity mentions cannot be judged; Feishu retries a non-200.
-            log.exception("feishu webhook: bot identity unavailable")
+            answer = await pipeline.process(payload, transport="webhook")
+        except BotIdentityUnavailable:
             return web.json_response({"msg": "bot identity unavailable"}, status=503)
-        try:
-            result = await parse_event_in_context(
-                payload, config=config, bot_open_id=bot_open_id, known_thread=known_thread
-            )
         except MalformedEvent as exc:
             return _reject(400, f"malformed event: {exc}")
-        if isinstance(result, Ignored):
-            log.debug("feishu webhook: ignored: %s", result.reason)
-            return web.json_response({})
-        outcome = await accept(result)
-        log.info("feishu webhook: message %s %s", result.message_id, outcome)
-        return web.json_response({})
+        return web.json_response(answer)
 
     return handle
 

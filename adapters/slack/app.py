@@ -1,10 +1,12 @@
 """Slack events in: slack-bolt verifies and parses, the inbox stores.
 
 Events arrive either over HTTP (POST /slack/events, `SlackAdapter.handle`) or over Socket Mode
-(`adapters.slack.socket_mode.SlackSocketMode`, which feeds the same bolt app). Bolt runs with
+(`adapters.slack.socket_mode.SlackSocketMode`, which feeds the same bolt app; the adapter
+starts and stops it). Bolt runs with
 `process_before_response=True` so the listener — which commits the message to the inbox —
-finishes before Slack gets its 200 or its envelope ack. The listener does nothing slow: no Web
-API call happens on this path (bolt's own auth.test is made once and cached).
+finishes before Slack gets its 200 or its envelope ack. The listener does nothing slow: the only
+Web API call on this path is bolt's own auth.test, made once and cached. (The sender's locale is
+looked up by the worker that answers: `SlackResponder.user_locale`.)
 """
 
 from __future__ import annotations
@@ -13,24 +15,28 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from aiohttp import web
-from pydantic import BaseModel, SecretStr, field_validator, model_validator
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
-from slack_bolt.async_app import AsyncApp
+from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.base import AcceptMessage
+from adapters.approval_clicks import accept_click
+from adapters.base import ConnectionStatus, GatewayServices, Handler, Route
+from adapters.slack.alerts import ACTIONS, already_done
+from adapters.slack.config import SlackConfig
 from adapters.slack.events import Ignored, MalformedEvent, candidate_thread, check_envelope, parse_event
+from adapters.slack.render import APPROVE_ACTION, REJECT_ACTION
 from adapters.slack.responder import SlackResponder
-from agent_core.messages import ThreadKey
+
+if TYPE_CHECKING:
+    from adapters.slack.socket_mode import SlackSocketMode
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +46,6 @@ SIGNATURE_HEADER = "X-Slack-Signature"
 TIMESTAMP_WINDOW_S = 5 * 60
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 
-KnownThread = Callable[[ThreadKey], Awaitable[bool]]
-
-
 class _Rejected(Exception):
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
@@ -50,45 +53,19 @@ class _Rejected(Exception):
         self.reason = reason
 
 
-class SlackConfig(BaseModel):
-    """One Slack app. `mode` picks how events arrive; each mode needs its own credential."""
-
-    bot_token: SecretStr
-    # "http": Slack POSTs events to /slack/events, verified with `signing_secret`.
-    # "socket": the app dials out over Socket Mode with the app-level `app_token` (no public URL).
-    mode: Literal["http", "socket"] = "http"
-    signing_secret: SecretStr | None = None
-    app_token: SecretStr | None = None
-    api_url: str = "https://slack.com/api/"
-    require_mention_in_threads: bool = False
-
-    @field_validator("signing_secret", "app_token", mode="before")
-    @classmethod
-    def _empty_is_unset(cls, value: object) -> object:
-        # An env var set to "" means "not configured", not "an empty secret".
-        return None if value == "" else value
-
-    @model_validator(mode="after")
-    def _credential_for_mode(self) -> SlackConfig:
-        if self.mode == "http" and self.signing_secret is None:
-            raise ValueError("http mode needs the signing secret (SLACK_SIGNING_SECRET)")
-        if self.mode == "socket":
-            token = self.app_token.get_secret_value() if self.app_token else ""
-            if not token.startswith("xapp-"):
-                raise ValueError("socket mode needs an app-level token, xapp-… (SLACK_APP_TOKEN)")
-        return self
-
-
 class SlackAdapter:
-    """Slack: the bolt app with the event listeners, the `/slack/events` handler (HTTP mode) and
-    the responder. In socket mode `SlackSocketMode` delivers events to `bolt` instead."""
+    """Slack (an `adapters.base.PlatformAdapter`): the bolt app with the event listeners, the
+    `/slack/events` handler (HTTP mode) and the responder. In socket mode `SlackSocketMode`
+    delivers events to `bolt` instead, between `start()` and `stop()`."""
 
     platform = "slack"
 
-    def __init__(self, config: SlackConfig, accept: AcceptMessage, known_thread: KnownThread) -> None:
+    def __init__(self, config: SlackConfig, services: GatewayServices) -> None:
         self.config = config
-        self._accept = accept
-        self._known_thread = known_thread
+        self._accept = services.accept
+        self._is_live = services.is_live
+        self._approvals = services.approvals
+        self._monitor_actions = services.monitor_actions
         self.client = AsyncWebClient(token=config.bot_token.get_secret_value(), base_url=config.api_url)
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=3))
         self.responder = SlackResponder(self.client)
@@ -108,9 +85,36 @@ class SlackAdapter:
         )
         self.bolt.event("app_mention")(self._on_message)
         self.bolt.event("message")(self._on_message)
+        # Approve / Reject on an approval request: `block_actions` on the same URL (or socket).
+        self.bolt.action(re.compile(f"^({APPROVE_ACTION}|{REJECT_ACTION})$"))(self._on_approval_click)
+        # Acknowledge / Mute on a monitor's alert: the same verified path.
+        self.bolt.action(re.compile(f"^({'|'.join(ACTIONS)})$"))(self._on_alert_click)
         # Bolt answers 404 to events without a listener, and Slack retries those: acknowledge
         # every other subscribed event explicitly.
         self.bolt.event(re.compile(".*"))(self._on_other_event)
+        self.socket_mode: SlackSocketMode | None = None
+        if config.mode == "socket" and config.app_token is not None:
+            # Imported here: socket_mode builds on this module's SlackAdapter.
+            from adapters.slack.socket_mode import SlackSocketMode
+
+            self.socket_mode = SlackSocketMode(self.bolt, config.app_token, config.api_url)
+
+    def handler(self, route: Route) -> Handler:
+        return self.handle
+
+    async def start(self) -> None:
+        """Open the Socket Mode connection (socket mode); nothing to do over HTTP."""
+        if self.socket_mode is not None:
+            await self.socket_mode.start()
+
+    def status(self) -> ConnectionStatus | None:
+        """The Socket Mode connection's state for /readyz (None over HTTP)."""
+        return self.socket_mode.status() if self.socket_mode is not None else None
+
+    async def stop(self) -> None:
+        """Stop receiving over Socket Mode; envelopes being committed are acknowledged first."""
+        if self.socket_mode is not None:
+            await self.socket_mode.stop()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """aiohttp handler for POST /slack/events.
@@ -169,7 +173,7 @@ class SlackAdapter:
             return
         team_id = body.get("team_id") or context.team_id or ""
         key = candidate_thread(team_id, event)
-        in_known_thread = key is not None and await self._known_thread(key)
+        in_known_thread = key is not None and await self._is_live(key)
         parsed = parse_event(
             event_id=body.get("event_id") or f"{event.get('channel')}:{event.get('ts')}",
             team_id=team_id,
@@ -184,6 +188,46 @@ class SlackAdapter:
             return
         outcome = await self._accept(parsed)
         log.info("slack event %s %s (thread %s)", body.get("event_id"), outcome.value, parsed.thread)
+
+    async def _on_approval_click(
+        self, ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]
+    ) -> None:
+        """Commit an approver's click to the inbox before Slack gets its acknowledgement; tell
+        anyone else privately that it is not theirs (one Web API call, only then)."""
+        user = body.get("user") or {}
+        user_id = str(user.get("id") or "")
+        answer = await accept_click(
+            self._approvals,
+            self._accept,
+            platform=self.platform,
+            approval_id=str(action.get("value") or ""),
+            choice="approve" if action.get("action_id") == APPROVE_ACTION else "reject",
+            user=user_id,
+            user_name=user.get("username") or user.get("name"),
+            event_id=f"action:{action.get('action_ts') or body.get('trigger_id')}:{user_id}",
+        )
+        await ack()
+        log.info("slack approval click on %s: %s", action.get("value"), "accepted" if answer.accepted else "refused")
+        if answer.note is not None and user_id:
+            channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id")
+            thread_ts = (body.get("container") or {}).get("thread_ts")
+            if channel:
+                await self.responder.tell_privately(channel, user_id, answer.note, thread_ts)
+
+    async def _on_alert_click(self, ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Record an Acknowledge / Mute click before Slack gets its acknowledgement, then show
+        who acted on the alert in place of its buttons."""
+        user_id = str((body.get("user") or {}).get("id") or "")
+        alert = None
+        if self._monitor_actions is not None and user_id:
+            alert = await self._monitor_actions(str(action.get("value") or ""), ACTIONS[action["action_id"]], user_id)
+        await ack()
+        log.info("slack alert click on %s: %s", action.get("value"), "recorded" if alert else "unknown alert")
+        if alert is not None:
+            await self.responder.update_alert(alert)
+            if alert.acted_by != user_id:  # decided by someone else first
+                channel = (body.get("channel") or {}).get("id") or alert.channel
+                await self.responder.tell_privately(channel, user_id, already_done(alert), None)
 
     async def _on_other_event(self, body: dict[str, Any]) -> None:
         log.debug("slack event %s acknowledged without action", body.get("event", {}).get("type"))

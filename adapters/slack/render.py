@@ -1,59 +1,187 @@
-"""Markdown answers → Slack messages: split within Slack's limits, code fences kept intact."""
+"""Markdown answers → Slack messages: text split within Slack's limits at block boundaries, each
+table as a native table block (the first rows, with the full CSV in the thread when it is bigger
+than a table block may be); the provenance of a data answer as its closing message; approval
+requests with their buttons."""
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.markdown_tables import Table, answer_parts, plain_text
+from agent_core.governance.approval import ApprovalStatus, ApprovalView
+from agent_core.i18n import Language, t
+from agent_core.provenance import ENGLISH, Provenance, ProvenanceWords
 
 # Slack accepts up to 12,000 characters of `markdown_text`; shorter parts read better in a thread.
 MAX_PART_CHARS = 3900
-_FENCE = re.compile(r"^\s*```(.*)$")
+# A table block holds at most 100 rows (the header row is one of them) of at most 20 cells.
+MAX_TABLE_ROWS = 100
+MAX_TABLE_COLUMNS = 20
+# Slack refuses an empty table cell; this shows as one.
+_EMPTY_CELL = "–"
 
 
-def split_markdown(text: str, limit: int = MAX_PART_CHARS) -> list[str]:
-    """Split Markdown into parts of at most `limit` characters.
+@dataclass
+class AnswerMessage:
+    """One message of an answer: the chat.postMessage fields that carry it, and the table whose
+    full CSV belongs in the thread when the message shows only part of it."""
 
-    Splits prefer paragraph breaks, then line breaks. A code block that has to be split is
-    closed at the end of one part and reopened (same language) at the start of the next.
-    """
-    text = text.strip() or "(empty answer)"
-    if len(text) <= limit:
-        return [text]
-    parts: list[str] = []
-    current: list[str] = []
-    size = 0
-    fence: str | None = None  # the opening fence line of the block we are inside, if any
-
-    def flush() -> None:
-        nonlocal current, size
-        body = "\n".join(current).strip("\n")
-        if fence is not None:
-            body += "\n```"
-        if body.strip():
-            parts.append(body)
-        current = [fence] if fence is not None else []
-        size = len(fence) + 1 if fence is not None else 0
-
-    for line in _lines_within(text, limit - 16):
-        needed = len(line) + 1
-        if size + needed > limit - 4 or (not line.strip() and size > limit * 0.8 and fence is None):
-            flush()
-        current.append(line)
-        size += needed
-        match = _FENCE.match(line)
-        if match:
-            fence = None if fence is not None else line.strip()
-    flush()
-    return parts
+    fields: dict[str, Any]
+    full_table: Table | None = None
 
 
-def _lines_within(text: str, width: int) -> list[str]:
-    """Lines of `text`, hard-wrapping any single line longer than `width`."""
-    lines: list[str] = []
-    for line in text.split("\n"):
-        while len(line) > width:
-            cut = line.rfind(" ", 0, width)
-            cut = cut if cut > width // 2 else width
-            lines.append(line[:cut])
-            line = line[cut:].lstrip()
-        lines.append(line)
-    return lines
+def answer_messages(markdown: str) -> list[AnswerMessage]:
+    """The messages of an answer, in order. Text goes as `markdown_text`; a message with a table
+    carries the text before it as a markdown block and the table as a table block (Slack takes
+    one table per message, and no `markdown_text` beside blocks)."""
+    parts = answer_parts(markdown.strip() or "(empty answer)", budget=MAX_PART_CHARS)
+    messages = []
+    for part in parts:
+        if part.table is None:
+            messages.append(AnswerMessage({"markdown_text": part.text}))
+            continue
+        table = part.table
+        shown = table.head(MAX_TABLE_ROWS - 1, MAX_TABLE_COLUMNS)
+        cut = shown.rows != table.rows or shown.width != table.width
+        lead = "\n\n".join(t for t in (part.text, _cut_note(shown, table) if cut else "") if t)
+        blocks: list[dict[str, Any]] = [{"type": "markdown", "text": lead}] if lead else []
+        blocks.append(table_block(shown))
+        fallback = part.text or f"Table: {', '.join(plain_text(h) for h in table.header)}"
+        messages.append(
+            AnswerMessage({"text": _within(fallback, 3000), "blocks": blocks}, table if cut else None)
+        )
+    return messages
+
+
+def table_block(table: Table) -> dict[str, Any]:
+    """A Block Kit table block: the header row, then the body rows, as plain-text cells."""
+    rows = [table.header, *table.rows]
+    return {
+        "type": "table",
+        "column_settings": [
+            {"align": table.column_align(i), "is_wrapped": True} for i in range(table.width)
+        ],
+        "rows": [[{"type": "raw_text", "text": plain_text(c) or _EMPTY_CELL} for c in row] for row in rows],
+    }
+
+
+def _cut_note(shown: Table, table: Table) -> str:
+    what = []
+    if len(shown.rows) < len(table.rows):
+        what.append(f"the first {len(shown.rows):,} of {len(table.rows):,} rows")
+    if shown.width < table.width:
+        what.append(f"the first {shown.width} of {table.width} columns")
+    return f"_Showing {' and '.join(what)}; the full table is attached as {table.csv_name()}._"
+
+
+# Under Slack's 3,000-character limit of a context block's text.
+MAX_FOOTER_CHARS = 2900
+# The SQL attachment: Slack folds long attachment text behind "Show more".
+MAX_SQL_CHARS = 7000
+_SQL_COLOR = "#8a8f98"
+
+
+def provenance_message(provenance: Provenance, words: ProvenanceWords = ENGLISH) -> dict[str, Any]:
+    """The message that ends a data answer: its provenance line as a footer (a context block),
+    the SQL behind it in an attachment."""
+    line = _escape(_within(provenance.summary_line(words), MAX_FOOTER_CHARS))
+    sql = _escape(provenance.sql_listing(words, max_chars=MAX_SQL_CHARS))
+    return {
+        "text": line,
+        "blocks": [{"type": "context", "elements": [{"type": "mrkdwn", "text": line}]}],
+        "attachments": [
+            {
+                "color": _SQL_COLOR,
+                "title": words.sql_title,
+                "text": f"```\n{sql}\n```",
+                "mrkdwn_in": ["text"],
+                "fallback": words.sql_title,
+            }
+        ],
+    }
+
+
+def _escape(text: str) -> str:
+    """Text as Slack's mrkdwn needs it: &, < and > escaped (they start links and mentions)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _within(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- approval requests ------------------------------------------------------------------------
+
+APPROVE_ACTION = "ba_approval_approve"
+REJECT_ACTION = "ba_approval_reject"
+
+
+def _outcome(view: ApprovalView, language: Language) -> str:
+    who = f"<@{view.decided_by}>" if view.decided_by else t(language, "nobody")
+    if view.status is ApprovalStatus.APPROVED:
+        return t(language, ":white_check_mark: Approved by {who}", who=who)
+    if view.status is ApprovalStatus.REJECTED:
+        return t(language, ":no_entry: Rejected by {who}", who=who)
+    if view.status is ApprovalStatus.EXPIRED:
+        return t(language, ":hourglass: Expired before anyone decided")
+    return t(language, ":leftwards_arrow_with_hook: Withdrawn: a newer message came first")
+
+
+def approval_blocks(view: ApprovalView, language: Language) -> tuple[str, list[dict[str, Any]]]:
+    """The fallback text and Block Kit blocks of an approval request: what would run, and the
+    Approve / Reject buttons while it is pending (its outcome once decided)."""
+    request = view.request
+    if request.estimated_rows is not None:
+        estimate = t(language, "~{rows} rows", rows=f"{request.estimated_rows:,}")
+    else:
+        estimate = t(language, "unknown")
+    asker = f"<@{view.asker}>"
+    if request.approvers_group:
+        who = t(language, "{asker} or a member of `{group}`", asker=asker, group=_escape(request.approvers_group))
+    else:
+        who = asker
+    facts = t(
+        language,
+        "*Approval needed* for a query on `{source}` ({reasons}).\n"
+        "*Tables:* {tables}   *Estimated scan:* {estimate}\n"
+        "*Who may approve:* {who}",
+        source=_escape(request.source),
+        reasons=_escape("; ".join(request.reasons)),
+        tables=_escape(", ".join(request.tables)) or t(language, "none"),
+        estimate=estimate,
+        who=who,
+    )
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": _within(facts, 3000)}},
+        # Collapsed: Slack folds a long code block behind "Show more".
+        {"type": "rich_text", "elements": [
+            {"type": "rich_text_preformatted", "elements": [{"type": "text", "text": _within(request.sql, 2900)}]}
+        ]},
+    ]  # fmt: skip
+    if view.status is ApprovalStatus.PENDING:
+        blocks.append(
+            {
+                "type": "actions",
+                "block_id": f"approval:{view.id}",
+                "elements": [
+                    _button(t(language, "Approve"), APPROVE_ACTION, view.id, "primary"),
+                    _button(t(language, "Reject"), REJECT_ACTION, view.id, "danger"),
+                ],
+            }
+        )
+        text = t(language, "Approval needed for a query on {source}", source=request.source)
+    else:
+        text = _outcome(view, language)
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
+    return text, blocks
+
+
+def _button(label: str, action_id: str, value: str, style: str) -> dict[str, Any]:
+    return {
+        "type": "button",
+        "text": {"type": "plain_text", "text": label},
+        "action_id": action_id,
+        "value": value,
+        "style": style,
+    }

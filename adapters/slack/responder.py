@@ -1,7 +1,8 @@
-"""Replies to Slack: progress reaction, answers in the right thread, exactly once."""
+"""Replies to Slack: progress reaction, answers streamed into the right thread, exactly once."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import uuid
@@ -13,14 +14,22 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.download import AttachmentError, download
-from adapters.slack.render import split_markdown
+from adapters.slack.alerts import alert_blocks
+from adapters.slack.locales import UserLocales
+from adapters.slack.render import answer_messages, approval_blocks, provenance_message
+from adapters.slack.stream import SlackAnswerStream, StreamingSupport, retire_cut_streams
+from agent_core.governance.approval import ApprovalView
 from agent_core.messages import Attachment, InboundMessage, OutboundReply
+from agent_core.monitors.model import AlertView
+from agent_core.provenance import ProvenanceWords
 
 log = logging.getLogger(__name__)
 
 PROGRESS_REACTION = "eyes"
 SLACK_FILE_HOSTS = (".slack.com", ".slack-edge.com", ".slack-files.com")
 REPLY_EVENT_TYPE = "ba_agent_reply"
+# Every message posted into a thread carries metadata: one without is a stream cut by a crash.
+APPROVAL_EVENT_TYPE = "ba_agent_approval"
 
 
 class SlackResponder:
@@ -31,6 +40,14 @@ class SlackResponder:
     def __init__(self, client: AsyncWebClient) -> None:
         self._client = client
         self._http: aiohttp.ClientSession | None = None
+        # The answer being written in each thread (channel, thread ts), until it is delivered.
+        self._streams: dict[tuple[str, str], SlackAnswerStream] = {}
+        self._streaming = StreamingSupport()
+        self._bot_user_id: str | None = None
+        self._locales = UserLocales(client)
+
+    async def user_locale(self, user: str) -> str | None:
+        return await self._locales.of(user)
 
     async def show_progress(self, msg: InboundMessage) -> None:
         await self._best_effort(
@@ -46,27 +63,52 @@ class SlackResponder:
                 thread_ts=msg.reply_in_thread,
                 status=status,
             )
+        stream = self._streams.get((msg.channel, msg.reply_in_thread)) if msg.reply_in_thread else None
+        if stream is not None:
+            await stream.step(status)
 
-    async def open_stream(self, msg: InboundMessage, delivery_id: str) -> None:
-        return None
+    async def open_stream(self, msg: InboundMessage, delivery_id: str) -> SlackAnswerStream | None:
+        # Slack streams replies in threads only; nobody waits on a scheduled report's progress.
+        if msg.reply_in_thread is None or msg.scheduled_run is not None:
+            return None
+        key = (msg.channel, msg.reply_in_thread)
+        if (earlier := self._streams.pop(key, None)) is not None:
+            await earlier.retire()  # an attempt that failed in this process
+        cleanup = asyncio.create_task(self._retire_cut_streams(msg))
+        stream = SlackAnswerStream(self._web, msg, delivery_id, self._streaming, cleanup)
+        self._streams[key] = stream
+        return stream
 
     async def deliver(
         self, msg: InboundMessage, reply: OutboundReply, delivery_id: str, *, resumed: bool = False
     ) -> None:
-        parts = split_markdown(reply.text)
+        stream = self._streams.pop((msg.channel, msg.reply_in_thread), None) if msg.reply_in_thread else None
+        parts = answer_messages(reply.text)
         already, shared = await self._posted(msg, delivery_id) if resumed else (set(), set())
+        if stream is not None and 0 in already:
+            await stream.retire()
+            stream = None
         for index, part in enumerate(parts):
             if index in already:
                 continue
+            metadata = {"event_type": REPLY_EVENT_TYPE, "event_payload": {"delivery_id": delivery_id, "part": index}}
+            # The streamed message becomes the first part: the answer appears once.
+            if index == 0 and stream is not None and await stream.finish(part.fields, metadata):
+                continue
             await self._web().chat_postMessage(
-                channel=msg.channel,
-                thread_ts=msg.reply_in_thread,
-                markdown_text=part,
-                metadata={
-                    "event_type": REPLY_EVENT_TYPE,
-                    "event_payload": {"delivery_id": delivery_id, "part": index},
-                },
+                channel=msg.channel, thread_ts=msg.reply_in_thread, metadata=metadata, **part.fields
             )
+        # A table shown only in part: the whole of it as CSV, named by its content like the files.
+        for table in (p.full_table for p in parts if p.full_table is not None):
+            if table.csv_name() not in shared:
+                shared.add(table.csv_name())
+                await self._web().files_upload_v2(
+                    channel=msg.channel,
+                    thread_ts=msg.reply_in_thread,
+                    content=table.csv(),
+                    title=table.csv_name(),
+                    filename=table.csv_name(),
+                )
         for file in reply.files:
             # Files carry no metadata; their names are content-hashed (charts, reports), so a
             # file of that name already in the thread is this delivery's, posted before a crash.
@@ -80,6 +122,17 @@ class SlackResponder:
                 title=file.title,
                 filename=name,
             )
+        # The provenance line and the SQL end the answer, as the part after the text parts.
+        if reply.provenance is not None and len(parts) not in already:
+            await self._web().chat_postMessage(
+                channel=msg.channel,
+                thread_ts=msg.reply_in_thread,
+                metadata={
+                    "event_type": REPLY_EVENT_TYPE,
+                    "event_payload": {"delivery_id": delivery_id, "part": len(parts)},
+                },
+                **provenance_message(reply.provenance, ProvenanceWords.of(msg.language)),
+            )
 
     async def clear_progress(self, msg: InboundMessage) -> None:
         await self._best_effort(
@@ -88,6 +141,49 @@ class SlackResponder:
 
     def mention(self, user: str) -> str:
         return f"<@{user}> "
+
+    async def ask_approval(self, msg: InboundMessage, approval: ApprovalView) -> str | None:
+        text, blocks = approval_blocks(approval, msg.language)
+        metadata = {"event_type": APPROVAL_EVENT_TYPE, "event_payload": {"approval_id": approval.id}}
+        stream = self._streams.pop((msg.channel, msg.reply_in_thread), None) if msg.reply_in_thread else None
+        # The paused turn's progress message turns into the request.
+        if stream is not None and (ts := await stream.become(text, blocks, metadata)) is not None:
+            return ts
+        posted = await self._web().chat_postMessage(
+            channel=msg.channel, thread_ts=msg.reply_in_thread, text=text, blocks=blocks, metadata=metadata
+        )
+        return str(posted["ts"])
+
+    async def show_decision(self, msg: InboundMessage, approval: ApprovalView) -> None:
+        if not approval.message_ref:
+            return
+        text, blocks = approval_blocks(approval, msg.language)
+        await self._best_effort("chat.update", channel=msg.channel, ts=approval.message_ref, text=text, blocks=blocks)
+
+    async def post_alert(self, alert: AlertView) -> str | None:
+        text, blocks = alert_blocks(alert)
+        posted = await self._web().chat_postMessage(channel=alert.channel, text=text, blocks=blocks)
+        ts = str(posted["ts"])
+        if alert.chart is not None:
+            await self._web().files_upload_v2(
+                channel=alert.channel,
+                thread_ts=ts,
+                file=alert.chart.path,
+                title=alert.chart.title,
+                filename=Path(alert.chart.path).name,
+            )
+        return ts
+
+    async def update_alert(self, alert: AlertView) -> None:
+        if not alert.message_ref:
+            return
+        text, blocks = alert_blocks(alert)
+        await self._best_effort("chat.update", channel=alert.channel, ts=alert.message_ref, text=text, blocks=blocks)
+
+    async def tell_privately(self, channel: str, user: str, text: str, thread_ts: str | None) -> None:
+        """An ephemeral note only ``user`` sees (a refused click); best effort."""
+        where = {"thread_ts": thread_ts} if thread_ts else {}
+        await self._best_effort("chat.postEphemeral", channel=channel, user=user, text=text, **where)
 
     def dm_address(self, user: str) -> str | None:
         return user  # Slack delivers a post to a user id into that user's DM with the app
@@ -163,6 +259,14 @@ class SlackResponder:
                 found.add(int(payload.get("part", 0)))
             shared.update(str(f.get("name")) for f in message.get("files") or [])
         return found, shared
+
+    async def _retire_cut_streams(self, msg: InboundMessage) -> None:
+        try:
+            if self._bot_user_id is None:
+                self._bot_user_id = str((await self._web().auth_test())["user_id"])
+            await retire_cut_streams(self._web(), msg, self._bot_user_id)
+        except (SlackApiError, aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("could not look for unfinished replies in %s: %s", msg.channel, type(exc).__name__)
 
     async def _best_effort(self, method: str, **params: Any) -> None:
         try:

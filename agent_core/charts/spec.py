@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from agent_core.semantic.query import SourcedMetricQuery
+
 WIDTH_PX = 1200
 HEIGHT_PX = 700
 DPI = 150
@@ -56,13 +58,19 @@ class MakeChartInput(BaseModel):
         max_length=20_000,
         description="A read-only DuckDB query producing the chart's rows (uploads by plain name, "
         "demo data as demo.sales). Aggregate in SQL: one row per point, at most 10,000 rows. "
-        "Give exactly one of `sql` or `data_file`.",
+        "Give exactly one of `sql`, `data_file` or `metric_query`.",
     )
     data_file: str | None = Field(
         None,
         max_length=1024,
         description="A CSV/TSV or JSON file under /data or /uploads holding the rows, with a "
         "header row (CSV) or a list of objects (JSON).",
+    )
+    metric_query: SourcedMetricQuery | None = Field(
+        None,
+        description="Chart governed metrics (see list_metrics), computed in their database: the "
+        "input of query_metric. x, y and series name its group-by and metric names, e.g. x "
+        "'metric_time__week', y ['gmv'], series 'region'.",
     )
     x: str = Field(..., min_length=1, description="Column for the horizontal axis.")
     y: list[str] = Field(
@@ -111,8 +119,8 @@ class MakeChartInput(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> MakeChartInput:
-        if (self.sql is None) == (self.data_file is None):
-            raise ValueError("give exactly one of `sql` or `data_file`")
+        if sum(v is not None for v in (self.sql, self.data_file, self.metric_query)) != 1:
+            raise ValueError("give exactly one of `sql`, `data_file` or `metric_query`")
         if self.chart_type == "combo" and not self.y2:
             raise ValueError("a combo chart needs `y2`: the column(s) drawn as lines")
         if self.chart_type != "combo" and self.y2:

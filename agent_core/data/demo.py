@@ -19,7 +19,7 @@ Injected anomalies an analyst should be able to find (also in :data:`DEMO_ANOMAL
 2. **2026-06-18, app and web, Electronics, all regions**: a "618" mid-year promotion spike —
    orders about 2.5× a normal day.
 
-When queried through :func:`agent_core.data.uploads.run_duckdb_query` the demo database is
+When queried through :func:`agent_core.data.duckdb_engine.run_duckdb_query` the demo database is
 attached read-only as catalog ``demo``, so the model sees the table as ``demo.sales``.
 """
 
@@ -134,6 +134,11 @@ DEMO_DESCRIPTION = (
     "weekly seasonality (busier weekends, strongest offline), a mild upward trend and random "
     "noise, so day-to-day wiggles are normal; look for sustained or sharp deviations."
 )
+
+
+def demo_database_path(data_dir: Path) -> Path:
+    """Where the shared, read-only demo database (``demo.sales``) lives under ``BA_DATA_DIR``."""
+    return data_dir / "demo" / "demo.duckdb"
 
 
 def ensure_demo_database(path: Path) -> Path:

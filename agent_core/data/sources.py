@@ -60,8 +60,8 @@ import psycopg
 import sqlalchemy
 from pydantic import BaseModel
 from sqlalchemy.pool import NullPool
-from sqlglot import exp
 
+from agent_core.data.duckdb_engine import DUCKDB_BASE_CONFIG, QueryResult, run_duckdb_query
 from agent_core.data.errors import (
     QueryFailed,
     QueryTimeout,
@@ -75,13 +75,11 @@ from agent_core.data.source_config import (
     _sqlalchemy_url,
 )
 from agent_core.data.sql_guard import ensure_read_only, with_row_limit
-from agent_core.data.uploads import DUCKDB_BASE_CONFIG, QueryResult, run_duckdb_query
 
 DEFAULT_ROW_CAP = 1000
 DEFAULT_BYTE_CAP = 1_000_000
 DEFAULT_TIMEOUT_S = 30.0
 _CONNECT_TIMEOUT_S = 10
-_SAMPLE_ROWS = 5
 _GUARD_DIALECT: dict[SourceKind, str] = {
     "postgresql": "postgres",
     "mysql": "mysql",
@@ -116,7 +114,6 @@ class SourceTableDescription(BaseModel):
     schema_name: str | None
     name: str
     columns: list[SourceColumn]
-    sample_rows: list[list[Any]]
 
 
 def query_source(
@@ -185,7 +182,8 @@ def list_source_tables(cfg: DataSourceConfig, schema: str | None = None) -> list
 def describe_source_table(
     cfg: DataSourceConfig, table: str, schema: str | None = None
 ) -> SourceTableDescription:
-    """Columns (name, type, nullable) and a few sample rows of one table or view.
+    """Columns (name, type, nullable) of one table or view, from the catalog: reading rows is
+    the caller's, through the governed and audited path.
 
     The table must exist (checked against the catalog before any SQL is built), so the name
     cannot smuggle SQL. Raises :class:`TableNotFound`.
@@ -216,12 +214,7 @@ def describe_source_table(
                 SourceColumn(name=c["name"], type=str(c["type"]), nullable=c.get("nullable"))
                 for c in inspector.get_columns(name, schema=schema_name)
             ]
-    dialect = _GUARD_DIALECT[cfg.kind]
-    sample_sql = exp.select("*").from_(exp.table_(name, db=schema_name, quoted=True)).sql(dialect)
-    sample = query_source(cfg, sample_sql, row_cap=_SAMPLE_ROWS)
-    return SourceTableDescription(
-        schema_name=schema_name, name=name, columns=columns, sample_rows=sample.rows
-    )
+    return SourceTableDescription(schema_name=schema_name, name=name, columns=columns)
 
 
 # --- execution -------------------------------------------------------------------------------

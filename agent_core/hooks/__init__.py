@@ -2,8 +2,10 @@
 
 A hook may look at or change the request before a model call, see the response after it, and
 see each tool call before and after it runs. The loop calls hooks in list order; `before_*`
-hooks may rewrite what they receive and return it. The standard chain is assembled in
-`agent_core.agent.build_agent`, in this order (each entry says what it is for):
+hooks may return a changed copy of what they receive (the request is a typed, frozen
+`ModelRequest`: hooks agree on its shape, and the API body is made from it at the edge). A
+hook does one thing. The standard chain is assembled in `agent_core.agent.build_agent`, in
+this order (each entry says what it is for):
 
 1. memory          — durable facts as a second, stable system block
 2. skills          — allowed-tools enforcement and model override of the active skill
@@ -14,41 +16,44 @@ hooks may rewrite what they receive and return it. The standard chain is assembl
                      compression, which rebuilds the message list (context only, never posted)
 5. prompt caching  — cache breakpoints so each call reads the previous conversation from cache
 6. dangling patch  — answer an interrupted tool_use with a "cancelled" tool_result (before run)
-7. telemetry       — record every model and tool call (database; OpenTelemetry spans if on)
+7. usage           — count every model call's tokens and cost in the thread's usage, which the
+                     budgets read (sub-agents share it: their calls count in their parent's)
+8. telemetry       — record every model and tool call (database)
+9. tracing         — OpenTelemetry spans of model and tool calls (a no-op unless configured)
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from agent_core.messages import StandardMessage, ToolUseBlock
 from agent_core.model import ModelResponse
-from agent_core.tools.base import ToolContext, ToolResult
+from agent_core.request import ModelRequest
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ToolResult
 
 
 class Hook:
     """Base class with no-op defaults; override what you need."""
 
-    async def before_run(self, history: list[StandardMessage], ctx: ToolContext) -> None:
+    async def before_run(self, history: list[StandardMessage], ctx: RunContext) -> None:
         """Once per turn, before the first model call."""
 
     async def before_model(
-        self, request: dict[str, Any], history: list[StandardMessage], ctx: ToolContext
-    ) -> dict[str, Any]:
+        self, request: ModelRequest, history: list[StandardMessage], ctx: RunContext
+    ) -> ModelRequest:
         return request
 
-    async def after_model(self, response: ModelResponse, ctx: ToolContext) -> None:
+    async def after_model(self, response: ModelResponse, ctx: RunContext) -> None:
         """After every model call (usage, metrics)."""
 
-    async def before_tool(self, call: ToolUseBlock, ctx: ToolContext) -> ToolResult | None:
+    async def before_tool(self, call: ToolUseBlock, ctx: RunContext) -> ToolResult | None:
         """Return a result to skip running the tool (a refusal, a cached answer)."""
         return None
 
-    async def after_tool(self, call: ToolUseBlock, result: ToolResult, ctx: ToolContext) -> ToolResult:
+    async def after_tool(self, call: ToolUseBlock, result: ToolResult, ctx: RunContext) -> ToolResult:
         return result
 
     async def on_context_overflow(
-        self, history: list[StandardMessage], ctx: ToolContext, prompt_tokens: int | None, limit: int | None
+        self, history: list[StandardMessage], ctx: RunContext, prompt_tokens: int | None, limit: int | None
     ) -> bool:
         """The API said the request was too long; return True if the next request will be shorter."""
         return False

@@ -6,29 +6,20 @@ message makes the next call read the whole conversation so far from the cache.
 
 from __future__ import annotations
 
-import copy
-from typing import Any
+from dataclasses import replace
 
 from agent_core.hooks import Hook
 from agent_core.messages import StandardMessage
-from agent_core.tools.base import ToolContext
-
-EPHEMERAL = {"type": "ephemeral"}
+from agent_core.request import ModelRequest
+from agent_core.run_context import RunContext
 
 
 class PromptCachingHook(Hook):
     async def before_model(
-        self, request: dict[str, Any], history: list[StandardMessage], ctx: ToolContext
-    ) -> dict[str, Any]:
-        request = dict(request)
-        system = request.get("system")
-        if isinstance(system, str):
-            request["system"] = [{"type": "text", "text": system, "cache_control": EPHEMERAL}]
-        messages = list(request.get("messages", []))
-        if messages and messages[-1]["content"]:
-            # Copy only the last message: earlier dicts are shared, cached renderings.
-            last = copy.deepcopy(messages[-1])
-            last["content"][-1]["cache_control"] = EPHEMERAL
-            messages[-1] = last
-            request["messages"] = messages
-        return request
+        self, request: ModelRequest, history: list[StandardMessage], ctx: RunContext
+    ) -> ModelRequest:
+        system = request.system
+        if system and not any(block.cached for block in system):
+            # One breakpoint after the base prompt: every conversation shares that cache entry.
+            system = (replace(system[0], cached=True), *system[1:])
+        return replace(request, system=system, cache_messages=True)

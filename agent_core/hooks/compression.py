@@ -1,4 +1,4 @@
-"""Token accounting and context compression around every model call.
+"""Context compression around every model call.
 
 Before a model call the hook estimates the request's size -- the last reported usage plus
 offline estimates of the messages stored since (`agent_core.tokens`) -- and, cheapest first:
@@ -14,9 +14,11 @@ It then sends the summary and the rest of the history as `ContextState` says (th
 messages never change). Pruning when over the threshold does not wait for the cache to
 expire: the cache is about to be invalidated by a summary anyway, and pruning loses less.
 
-After a model call it adds the reported usage to the thread's totals and cost, and keeps the
-ground truth for the next estimate. When the API still rejects a request as too long, the
-loop calls `on_context_overflow`, which compresses harder, and retries once.
+After a model call it keeps the reported context size as the ground truth for the next
+estimate (the usage hook, not this one, counts tokens and cost; the summarizer's calls are
+passed to it and to telemetry through `summary_observers`). When the API still rejects a
+request as too long, the loop calls `on_context_overflow`, which compresses harder, and
+retries once.
 
 Order: this hook replaces the request's message list, so hooks that decorate messages (the
 refocus reminder) must run after it, and prompt caching after both; hooks that change the
@@ -29,34 +31,31 @@ import asyncio
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
-from agent_core.context.compression import (
-    CompressionConfig,
-    ContextRenderer,
-    Summarizer,
-    SummaryFailed,
+from agent_core.config import CompressionConfig
+from agent_core.context.cutoff import (
     carried_verbatim,
     choose_cutoff,
-    is_prunable,
-    prune_mark,
     round_starts,
     skills_to_forget,
     summary_text,
 )
 from agent_core.context.history_file import append_history
+from agent_core.context.pruning import ContextRenderer, is_prunable, prune_mark
+from agent_core.context.summarizer import Summarizer, SummaryFailed
 from agent_core.hooks import Hook
 from agent_core.messages import StandardMessage
-from agent_core.model import ModelClient, ModelResponse, ModelUnavailable
+from agent_core.model import ModelClient, ModelResponse, ModelUnavailable, api_prefix
+from agent_core.request import ModelRequest
+from agent_core.run_context import HistoryView, RunContext
 from agent_core.state import ContextState, ThreadState
-from agent_core.tokens import MESSAGE_OVERHEAD, ModelTable, TokenCounter, record_usage
-from agent_core.tools.base import ToolContext
+from agent_core.tokens.estimate import MESSAGE_OVERHEAD, TokenCounter
+from agent_core.tokens.prices import ModelTable
 
 log = logging.getLogger(__name__)
-
-# ctx.extras key: (stored messages, ContextState.version) of the request in flight.
-_IN_FLIGHT = "context.in_flight"
 
 
 class StateSaver(Protocol):
@@ -64,7 +63,7 @@ class StateSaver(Protocol):
 
 
 class CompressionHook(Hook):
-    """Keeps each request under the context threshold; accounts every request's usage."""
+    """Keeps each request under the context threshold."""
 
     def __init__(
         self,
@@ -74,12 +73,12 @@ class CompressionHook(Hook):
         counter: TokenCounter | None = None,
         models: ModelTable | None = None,
         store: StateSaver | None = None,
-        telemetry: Hook | None = None,
+        summary_observers: Sequence[Hook] = (),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """`store` saves the state right after a compression (a summary costs a model call and
-        must survive a crash of the call that follows); `telemetry` records the summarizer's
-        calls like the loop's own."""
+        must survive a crash of the call that follows); `summary_observers` (usage,
+        telemetry) see the summarizer's calls as they see the loop's own."""
         self.config = config or CompressionConfig()
         self.counter = counter or TokenCounter()
         self.models = models or ModelTable()
@@ -87,25 +86,25 @@ class CompressionHook(Hook):
         self._model = model
         self._summarizer = Summarizer(model, self.counter, self.config)
         self._store = store
-        self._telemetry = telemetry
+        self._summary_observers = summary_observers
         self._clock = clock
         self._warm = False
         self._learned_windows: dict[str, int] = {}  # limits the API reported below the table's
 
     # ----------------------------------------------------------------- hook interface
 
-    async def before_run(self, history: list[StandardMessage], ctx: ToolContext) -> None:
+    async def before_run(self, history: list[StandardMessage], ctx: RunContext) -> None:
         if not self._warm:  # load the BPE (~0.3 s) off the event loop, once
             await asyncio.to_thread(getattr, self.counter, "encoding")
             self._warm = True
-        ctx.context_fill = ctx.state.usage.fill
+        ctx.turn.context_fill = ctx.turn.thread.usage.fill
 
     async def before_model(
-        self, request: dict[str, Any], history: list[StandardMessage], ctx: ToolContext
-    ) -> dict[str, Any]:
-        state = ctx.state
+        self, request: ModelRequest, history: list[StandardMessage], ctx: RunContext
+    ) -> ModelRequest:
+        state = ctx.turn.thread
         self._check_marks(history, state)
-        window = self.window(request.get("model"))
+        window = self.window(request.model)
         config = self.config
         estimate = self.estimate(request, history, state)
         if estimate >= config.threshold * window or (
@@ -116,28 +115,27 @@ class CompressionHook(Hook):
                 estimate = self.full_estimate(request, history, state.context)
         if estimate >= config.threshold * window and await self._summarize(history, ctx, window):
             estimate = self.full_estimate(request, history, state.context)
-        ctx.extras[_IN_FLIGHT] = (len(history), state.context.version)
-        ctx.context_fill = estimate / window
+        ctx.turn.in_flight = HistoryView(len(history), state.context.version)
+        ctx.turn.context_fill = estimate / window
         if state.context.summary is None and state.context.pruned_before == 0:
             return request
-        return {**request, "messages": self.renderer.messages(history, state.context)}
+        return replace(request, messages=self.renderer.messages(history, state.context))
 
-    async def after_model(self, response: ModelResponse, ctx: ToolContext) -> None:
-        usage = ctx.state.usage
-        self._account(response, ctx.state)
+    async def after_model(self, response: ModelResponse, ctx: RunContext) -> None:
+        usage = ctx.turn.thread.usage
         usage.model = response.model
         usage.context_window = self.window(response.model)
-        in_flight = ctx.extras.pop(_IN_FLIGHT, None)
+        in_flight, ctx.turn.in_flight = ctx.turn.in_flight, None
         if in_flight is not None:
-            usage.last_request_messages, usage.last_view_version = in_flight
+            usage.last_request_messages, usage.last_view_version = in_flight.messages, in_flight.context_version
         usage.last_context_tokens = response.usage.context_tokens
         usage.last_request_at = self._clock()
-        ctx.context_fill = usage.fill
+        ctx.turn.context_fill = usage.fill
 
     async def on_context_overflow(
         self,
         history: Sequence[StandardMessage],
-        ctx: ToolContext,
+        ctx: RunContext,
         prompt_tokens: int | None = None,
         limit: int | None = None,
     ) -> bool:
@@ -148,7 +146,7 @@ class CompressionHook(Hook):
         model table's window (a misconfigured table) is remembered for the model, so later
         requests compress in time instead of overflowing again.
         """
-        state = ctx.state
+        state = ctx.turn.thread
         before = state.context.version
         model = state.usage.model or self._model.model
         log.warning(
@@ -176,9 +174,7 @@ class CompressionHook(Hook):
         model = model or self._model.model
         return min(self.models.get(model).context_window, self._learned_windows.get(model, sys.maxsize))
 
-    def estimate(
-        self, request: dict[str, Any], history: Sequence[StandardMessage], state: ThreadState
-    ) -> int:
+    def estimate(self, request: ModelRequest, history: Sequence[StandardMessage], state: ThreadState) -> int:
         """Tokens of the next request: ground truth plus what was stored since, when the last
         request was rendered the same way; otherwise a full offline estimate."""
         usage = state.usage
@@ -187,10 +183,10 @@ class CompressionHook(Hook):
         return self.full_estimate(request, history, state.context)
 
     def full_estimate(
-        self, request: dict[str, Any], history: Sequence[StandardMessage], context: ContextState
+        self, request: ModelRequest, history: Sequence[StandardMessage], context: ContextState
     ) -> int:
         """Offline estimate of the request as it will be sent under `context`."""
-        total = self.counter.prefix(request)
+        total = self.counter.prefix(api_prefix(request))
         if context.summary:
             total += MESSAGE_OVERHEAD + self.counter.text(context.summary)
         for index in range(context.summary_through, len(history)):
@@ -217,10 +213,10 @@ class CompressionHook(Hook):
         return True
 
     async def _summarize(
-        self, history: Sequence[StandardMessage], ctx: ToolContext, window: int, *, force: bool = False
+        self, history: Sequence[StandardMessage], ctx: RunContext, window: int, *, force: bool = False
     ) -> bool:
         """Summarize up to the keep window; False if nothing could be (the request goes as is)."""
-        state = ctx.state
+        state = ctx.turn.thread
         context = state.context
         cut = choose_cutoff(history, state, self.counter, self.config, window, force=force)
         if cut is None:
@@ -236,9 +232,8 @@ class CompressionHook(Hook):
             log.error("thread %s: compression failed, sending the context as is: %s", ctx.thread_id, exc)
             return False
         for response in responses:
-            self._account(response, state)
-            if self._telemetry is not None:
-                await self._telemetry.after_model(response, ctx)
+            for observer in self._summary_observers:
+                await observer.after_model(response, ctx)
         carried = carried_verbatim(history, cut, state, self.config)
         context.summary = summary_text(model_summary, carried, cut, path)
         context.model_summary = model_summary
@@ -258,17 +253,6 @@ class CompressionHook(Hook):
         if self._store is not None:
             await self._store.save_state(ctx.thread_id, state)
         return True
-
-    def _account(self, response: ModelResponse, state: ThreadState) -> None:
-        usage = response.usage
-        record_usage(
-            state.usage,
-            self.models.get(response.model),
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read_tokens=usage.cache_read_tokens,
-            cache_write_tokens=usage.cache_write_tokens,
-        )
 
     @staticmethod
     def _check_marks(history: Sequence[StandardMessage], state: ThreadState) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from agent_core.hooks import Hook
 from agent_core.messages import Role, StandardMessage, ToolResultBlock
+from agent_core.run_context import RunContext
 from agent_core.store.threads import ThreadStore
-from agent_core.tools.base import ToolContext
 
 CANCELLED_RESULT = "Cancelled: this tool call was interrupted before it finished and was not run."
 
@@ -19,7 +19,7 @@ class DanglingToolCallPatch(Hook):
     def __init__(self, store: ThreadStore) -> None:
         self._store = store
 
-    async def before_run(self, history: list[StandardMessage], ctx: ToolContext) -> None:
+    async def before_run(self, history: list[StandardMessage], ctx: RunContext) -> None:
         # Results are stored right after their calls, so only the newest message can dangle.
         if not history or history[-1].role is not Role.ASSISTANT:
             return

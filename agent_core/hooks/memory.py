@@ -11,30 +11,23 @@ across turns for as long as the memory files do not change.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from dataclasses import replace
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.hooks import Hook
-from agent_core.hooks.caching import EPHEMERAL
 from agent_core.memory import MemoryStore
+from agent_core.memory_scope import conversation_scope
 from agent_core.messages import StandardMessage
-from agent_core.tools.base import ToolContext
-from agent_core.tools.memory_tool import conversation_scope
-
-_SECTION = "memory.section"
+from agent_core.request import ModelRequest, SystemBlock
+from agent_core.run_context import MemoryInPrompt, RunContext
 
 
-def with_memory(request: dict[str, Any], section: str) -> dict[str, Any]:
-    """A copy of `request` whose system prompt is [base (cache breakpoint), memory]."""
-    system = request.get("system") or ""
-    if isinstance(system, str):
-        # The caching hook marks a plain-string system prompt; once it is a list that is ours.
-        blocks = [{"type": "text", "text": system, "cache_control": EPHEMERAL}]
-    else:
-        blocks = list(system)
-    return {**request, "system": [blocks[0], {"type": "text", "text": section}, *blocks[1:]]}
+def with_memory(request: ModelRequest, section: str) -> ModelRequest:
+    """A copy of `request` whose system prompt is [base (cache breakpoint), memory, …]."""
+    base, *rest = request.system
+    return replace(request, system=(replace(base, cached=True), SystemBlock(section), *rest))
 
 
 class MemoryHook(Hook):
@@ -44,13 +37,13 @@ class MemoryHook(Hook):
         self._store = store
         self._sessions = sessions
 
-    async def before_run(self, history: list[StandardMessage], ctx: ToolContext) -> None:
+    async def before_run(self, history: list[StandardMessage], ctx: RunContext) -> None:
         scope = await conversation_scope(self._sessions, ctx)
         section = await asyncio.to_thread(self._store.section, scope) if scope else ""
-        ctx.extras[_SECTION] = section
+        ctx.turn.memory = MemoryInPrompt(scope, section)
 
     async def before_model(
-        self, request: dict[str, Any], history: list[StandardMessage], ctx: ToolContext
-    ) -> dict[str, Any]:
-        section = ctx.extras.get(_SECTION)
-        return with_memory(request, section) if section else request
+        self, request: ModelRequest, history: list[StandardMessage], ctx: RunContext
+    ) -> ModelRequest:
+        memory = ctx.turn.memory
+        return with_memory(request, memory.section) if memory and memory.section else request

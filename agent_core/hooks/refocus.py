@@ -3,19 +3,20 @@
 Long tool chains drift. Every `every_calls` model calls, and on the first request after the
 conversation sat idle (the flag `mark_idle_threads` sets), the request carries a
 ``<system-reminder>`` with the user's latest request, the active skill chain and the open
-todos. It is appended as a text block to the last user message *of the request copy*: never
-stored, never posted to the chat, and never in the stable prefix, so the prompt cache is not
-disturbed (the block before it gets its own cache breakpoint, so the next request reads the
-cache written without the reminder).
+todos. It is the request's ``reminder``, which the model client appends as a text block to
+the last user message of the request it sends: never stored, never posted to the chat, and
+never in the stable prefix, so the prompt cache is not disturbed (the block before it gets its
+own cache breakpoint, so the next request reads the cache written without the reminder).
 
-Order: after the compression hook (which replaces the message list) and before prompt caching.
+Its place in the chain is after the compression hook and before prompt caching; being a field
+of the request, the reminder survives the hooks that replace the message list.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -23,13 +24,13 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.config import RefocusConfig
-from agent_core.context.compression import latest_request_index
+from agent_core.context.cutoff import latest_request_index
 from agent_core.hooks import Hook
-from agent_core.hooks.caching import EPHEMERAL
 from agent_core.messages import StandardMessage, utcnow
+from agent_core.request import ModelRequest
+from agent_core.run_context import RunContext
 from agent_core.state import ThreadState
 from agent_core.store.tables import ThreadRow
-from agent_core.tools.base import ToolContext
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,9 @@ class RefocusHook(Hook):
         self.config = config or RefocusConfig()
 
     async def before_model(
-        self, request: dict[str, Any], history: list[StandardMessage], ctx: ToolContext
-    ) -> dict[str, Any]:
-        state = ctx.state
+        self, request: ModelRequest, history: list[StandardMessage], ctx: RunContext
+    ) -> ModelRequest:
+        state = ctx.turn.thread
         refocus = state.refocus
         idle = refocus.idle_resume
         if not idle and state.model_calls - refocus.last_reminder_call < self.config.every_calls:
@@ -55,7 +56,7 @@ class RefocusHook(Hook):
             return request
         refocus.last_reminder_call = state.model_calls
         refocus.idle_resume = False
-        return with_reminder(request, text)
+        return replace(request, reminder=text)
 
 
 def reminder_text(
@@ -88,18 +89,6 @@ def reminder_text(
     if len(lines) == 3:  # nothing but the frame (idle, fresh request, no work in flight)
         return None
     return "\n".join(lines)
-
-
-def with_reminder(request: dict[str, Any], text: str) -> dict[str, Any]:
-    """A copy of `request` with `text` appended to its last (user) message."""
-    messages = list(request["messages"])
-    last = messages[-1]
-    content = [dict(block) for block in last["content"]]
-    if content:
-        content[-1]["cache_control"] = EPHEMERAL
-    content.append({"type": "text", "text": text})
-    messages[-1] = {**last, "content": content}
-    return {**request, "messages": messages}
 
 
 async def mark_idle_threads(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 from agent_core.hooks import Hook
 from agent_core.messages import StandardMessage, ToolUseBlock
-from agent_core.tools.base import ErrorType, ToolContext, ToolResult, error_observation
+from agent_core.request import ModelRequest
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ErrorType, ToolResult, error_observation
 
 # Always callable, so an agent inside a narrow skill can still finish it or read its files.
 SKILL_META_TOOLS = frozenset({"activate_skill", "finish_skill", "read_skill_file", "todo"})
@@ -14,18 +16,18 @@ SKILL_META_TOOLS = frozenset({"activate_skill", "finish_skill", "read_skill_file
 
 class SkillPolicyHook(Hook):
     async def before_model(
-        self, request: dict[str, Any], history: list[StandardMessage], ctx: ToolContext
-    ) -> dict[str, Any]:
+        self, request: ModelRequest, history: list[StandardMessage], ctx: RunContext
+    ) -> ModelRequest:
         # A model override switches models for the turns the skill runs; the prompt cache is
         # per model, so the first call after a switch writes a new cache entry.
-        model = ctx.state.skills.effective_model()
-        return {**request, "model": model} if model else request
+        model = ctx.turn.thread.skills.effective_model()
+        return replace(request, model=model) if model else request
 
-    async def before_tool(self, call: ToolUseBlock, ctx: ToolContext) -> ToolResult | None:
-        allowed = ctx.state.skills.effective_allowed_tools()
+    async def before_tool(self, call: ToolUseBlock, ctx: RunContext) -> ToolResult | None:
+        allowed = ctx.turn.thread.skills.effective_allowed_tools()
         if allowed is None or call.name in allowed or call.name in SKILL_META_TOOLS:
             return None
-        chain = " → ".join(ctx.state.skills.chain)
+        chain = " → ".join(ctx.turn.thread.skills.chain)
         message = (
             f"{call.name} is not allowed while the skill {chain} is active "
             f"(allowed: {', '.join(sorted(allowed))}). Finish the skill first to use it."

@@ -31,11 +31,10 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_core.skills.loader import SkillCatalog
 from agent_core.skills.model import (
     ActivationPayload,
     Skill,
@@ -43,6 +42,9 @@ from agent_core.skills.model import (
     SkillDepthError,
     SkillStackError,
 )
+
+if TYPE_CHECKING:
+    from agent_core.skills.loader import SkillCatalog  # the catalog is passed in, never built here
 
 DEFAULT_MAX_DEPTH = 3
 CHAIN_ARROW = " → "

@@ -30,6 +30,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agent_core.units import human_size
+
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 MAX_NAME_CHARS = 64
 MAX_DESCRIPTION_CHARS = 1024
@@ -175,16 +177,10 @@ class ActivationPayload(BaseModel):
             lines = ["", "Skill files (read on demand with read_skill_file):"]
             for res in self.resources:
                 note = "" if res.readable else ", binary or too large to read"
-                lines.append(f"- {res.uri} ({_human_size(res.size)}{note})")
+                lines.append(f"- {res.uri} ({human_size(res.size)}{note})")
             parts.append("\n".join(lines))
         parts.append("</skill>")
         return "\n".join(parts)
-
-
-def _human_size(size: int) -> str:
-    if size < 1024:
-        return f"{size} B"
-    return f"{size / 1024:.1f} KB"
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""`make_chart`: a PNG chart from a SQL query or a data file, posted into the conversation.
+"""`make_chart`: a PNG chart from a SQL query, a data file or governed metrics (computed in their
+own database, see `agent_core.tools.metric_cubes`), posted into the conversation.
 
 The drawing itself lives in `agent_core.charts` and is imported on the first chart, so the
 tool set loads without matplotlib.
@@ -12,17 +13,23 @@ import hashlib
 import io
 import json
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from agent_core.charts.shaping import ChartDataError, Table
 from agent_core.charts.spec import HEIGHT_PX, MAX_CHART_ROWS, WIDTH_PX, ChartType, MakeChartInput, XKind
+from agent_core.i18n import t
 from agent_core.messages import OutboundFile
-from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ErrorType, Tool, ToolError
 from agent_core.tools.data_files import decode_text, file_suffix, read_data_file
 from agent_core.tools.files import conversation_workspace, workspace_errors
+from agent_core.tools.metric_inputs import MetricInputs
 from agent_core.tools.sql import query_conversation_data
+
+if TYPE_CHECKING:
+    from agent_core.tools.approval_gate import PlannedQuery
 
 MAX_DATA_FILE_BYTES = 20 * 1024 * 1024
 
@@ -37,9 +44,10 @@ class ChartSeries(BaseModel):
 
 
 class ChartResult(BaseModel):
-    """What was drawn; the PNG itself is posted to the conversation."""
+    """What was drawn; the PNG itself and the CSV of its data are posted to the conversation."""
 
     path: str  # virtual path in the workspace, e.g. /charts/daily-gmv-3f2a9c1b0d.png
+    data_path: str  # the chart's data as CSV beside it, e.g. /charts/daily-gmv-3f2a9c1b0d.csv
     chart_type: ChartType
     title: str
     x: str
@@ -50,17 +58,20 @@ class ChartResult(BaseModel):
     width_px: int = WIDTH_PX
     height_px: int = HEIGHT_PX
     notes: list[str] = Field(default_factory=list)
+    sql: str | None = None  # with `metric_query`: the aggregate query that ran in its source
+    access_note: str | None = None  # what the access policy withheld, when it did
 
 
 # --- tool ------------------------------------------------------------------------------------
 
 
-class MakeChartTool(Tool[MakeChartInput]):
+class MakeChartTool(MetricInputs, Tool[MakeChartInput]):
     name = "make_chart"
     description = (
-        "Draw a chart (line, bar, stacked_bar, scatter or combo bar+line with two axes) from a "
-        "DuckDB query or a CSV/JSON file in /data or /uploads, save it as a PNG in /charts and "
-        "post it into this conversation. Chinese labels are supported. Shape the data first: "
+        "Draw a chart (line, bar, stacked_bar, scatter or combo bar+line with two axes) from "
+        "governed metrics (`metric_query`), a DuckDB query or a CSV/JSON file in /data or "
+        "/uploads, save it as a PNG in /charts and "
+        "post it into this conversation, with its data as a CSV beside it. Chinese labels are supported. Shape the data first: "
         "one row per point, x column plus numeric y column(s). Mention the chart in your answer "
         "instead of repeating all its numbers."
     )
@@ -69,8 +80,26 @@ class MakeChartTool(Tool[MakeChartInput]):
     # Charts are drawn one at a time (see _render_lock) into distinct files.
     concurrency_safe = True
 
-    async def run(self, args: MakeChartInput, ctx: ToolContext) -> Any:
-        if args.sql is not None:
+    async def plan_query(self, args: MakeChartInput, ctx: RunContext) -> PlannedQuery | None:
+        """What a metric chart would run on a configured source (the approval gate asks this)."""
+        if args.metric_query is None:
+            return None
+        from agent_core.semantic.query import MetricQuery
+
+        request = args.metric_query
+        query = MetricQuery.model_validate(request.model_dump(exclude={"source"}))
+        return await self._cubes().plan(ctx, request.metrics, request.source, query)
+
+    async def run(self, args: MakeChartInput, ctx: RunContext) -> Any:
+        sql: str | None = None
+        access_note: str | None = None
+        if args.metric_query is not None:
+            request = args.metric_query
+            computed = await self._cubes().rows(ctx, request, max_rows=MAX_CHART_ROWS)
+            columns = [*request.output_group_by, *request.metrics]
+            table = Table(columns=columns, rows=[[row[c] for c in columns] for row in computed.rows])
+            sql, access_note = computed.sql, computed.access_note
+        elif args.sql is not None:
             result = await query_conversation_data(
                 ctx, args.sql, max_rows=MAX_CHART_ROWS, byte_cap=50_000_000
             )
@@ -90,17 +119,23 @@ class MakeChartTool(Tool[MakeChartInput]):
         except ChartDataError as exc:
             raise ToolError(str(exc), ErrorType.INVALID_PARAMETERS) from None
         digest = hashlib.sha256(png).hexdigest()[:10]
-        vpath = f"/charts/{slugify(args.title, 'chart')}-{digest}.png"
+        stem = f"/charts/{slugify(args.title, 'chart')}-{digest}"
+        vpath, data_vpath = f"{stem}.png", f"{stem}.csv"
         workspace = conversation_workspace(ctx)
         with workspace_errors():
             # Same name means same bytes, so replacing an earlier identical chart is harmless.
             await workspace.write(vpath, png, overwrite=True)
+            await workspace.write(data_vpath, _csv_bytes(table), overwrite=True)
             real = await workspace.real_path(vpath)
-        ctx.produced_files.append(
-            OutboundFile(path=str(real), title=args.title, mime_type="image/png")
-        )
+            data_real = await workspace.real_path(data_vpath)
+        ctx.turn.produced_files += [
+            OutboundFile(path=str(real), title=args.title, mime_type="image/png"),
+            # The numbers behind the picture, for whoever wants to check or reuse them.
+            OutboundFile(path=str(data_real), title=t(ctx.language, "{title} (data)", title=args.title), mime_type="text/csv"),
+        ]
         return ChartResult(
             path=vpath,
+            data_path=data_vpath,
             chart_type=args.chart_type,
             title=args.title,
             x=drawn.x_name,
@@ -109,6 +144,8 @@ class MakeChartTool(Tool[MakeChartInput]):
             series=[ChartSeries(name=s.name, axis=s.axis, points=s.points) for s in drawn.series],
             points=sum(s.points for s in drawn.series),
             notes=drawn.notes,
+            sql=sql,
+            access_note=access_note,
         )
 
 
@@ -118,10 +155,19 @@ def slugify(text: str, default: str) -> str:
     return slug or default
 
 
+def _csv_bytes(table: Table) -> bytes:
+    """The charted table as UTF-8 CSV (with a BOM, so spreadsheet apps read Chinese right)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(table.columns)
+    writer.writerows(["" if value is None else value for value in row] for row in table.rows)
+    return out.getvalue().encode("utf-8-sig")
+
+
 # --- loading data ----------------------------------------------------------------------------
 
 
-async def _load_data_file(ctx: ToolContext, path: str) -> Table:
+async def _load_data_file(ctx: RunContext, path: str) -> Table:
     vpath, raw = await read_data_file(ctx, path, MAX_DATA_FILE_BYTES)
     return await asyncio.to_thread(_parse_data_file, vpath, raw)
 

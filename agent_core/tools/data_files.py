@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from agent_core.tools.base import ErrorType, ToolContext, ToolError
+from agent_core.run_context import RunDeps
+from agent_core.tools.base import ErrorType, ToolError
 from agent_core.tools.files import conversation_workspace, workspace_errors
 from agent_core.workspace.backend import normalize_virtual_path
 
 DATA_FILE_AREAS = ("/data/", "/uploads/")
 
 
-async def read_data_file(ctx: ToolContext, path: str, max_bytes: int) -> tuple[str, bytes]:
+async def read_data_file(ctx: RunDeps, path: str, max_bytes: int) -> tuple[str, bytes]:
     """The normalized virtual path and bytes of a data file under /data or /uploads."""
     workspace = conversation_workspace(ctx)
     with workspace_errors():

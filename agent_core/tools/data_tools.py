@@ -14,32 +14,42 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 from sqlglot import exp
 
+from agent_core.config import SQL_DIALECTS
 from agent_core.data.demo import DEMO_CATALOG
+from agent_core.data.duckdb_engine import TableInfo, describe_table, list_tables
 from agent_core.data.errors import DataError, TableNotFound
 from agent_core.data.source_config import DataSourceConfig
-from agent_core.data.uploads import TableInfo, describe_table, list_tables
-from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
+from agent_core.governance.audience import Identity
+from agent_core.governance.columns import SourceColumns
+from agent_core.governance.enforce import is_source_open
+from agent_core.governance.policy import AccessPolicy
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ErrorType, Tool, ToolError
 from agent_core.tools.sql import (
     DEFAULT_QUERY_TIMEOUT_S,
+    SourceQueryResult,
     allowed_source,
+    audited_source_work,
     conversation_database,
     data_errors,
     demo_database,
+    require_open_source,
     usable_sources,
 )
 
 if TYPE_CHECKING:  # database drivers load only when a source is described
     from agent_core.data.sources import SourceTableDescription
+    from agent_core.governance.audit import AuditTrail
 
 MAX_SOURCE_TABLES = 300
-_GUARD_DIALECTS = {"postgresql": "postgres", "mysql": "mysql", "duckdb": "duckdb"}
+_SAMPLE_ROWS = 5
 # Leading type keyword (as SQLAlchemy / DuckDB spell it) of columns worth a min/max.
 _RANGE_TYPE = re.compile(
     r"^(?:(?:U?(?:TINY|SMALL|MEDIUM|BIG|HUGE)?INT(?:EGER)?\d*)|NUMERIC|DECIMAL|FLOAT\d*|DOUBLE|"
@@ -139,12 +149,18 @@ class ListTablesTool(Tool[ListTablesInput]):
     idempotent = True
     concurrency_safe = True
 
-    def __init__(self, datasources: Mapping[str, DataSourceConfig] | None = None) -> None:
+    def __init__(
+        self,
+        datasources: Mapping[str, DataSourceConfig] | None = None,
+        access_policy: AccessPolicy | None = None,
+    ) -> None:
         self._datasources = dict(datasources or {})
+        self._policy = access_policy
 
-    async def run(self, args: ListTablesInput, ctx: ToolContext) -> Any:
+    async def run(self, args: ListTablesInput, ctx: RunContext) -> Any:
         if args.source is not None:
             cfg = allowed_source(self._datasources, args.source, ctx)
+            require_open_source(self._policy, cfg.name, ctx)
             return await _list_source(cfg, args.schema_name)
         with data_errors():
             uploaded, demo = await asyncio.gather(
@@ -161,6 +177,7 @@ class ListTablesTool(Tool[ListTablesInput]):
                     description=self._datasources[name].description,
                 )
                 for name in usable_sources(self._datasources, ctx)
+                if is_source_open(self._policy, name, Identity.of(ctx))
             ],
         )
 
@@ -214,20 +231,27 @@ class DescribeTableTool(Tool[DescribeTableInput]):
         self,
         datasources: Mapping[str, DataSourceConfig] | None = None,
         query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S,
+        access_policy: AccessPolicy | None = None,
+        audit: AuditTrail | None = None,
     ) -> None:
         self._datasources = dict(datasources or {})
         self._query_timeout_s = query_timeout_s
+        self._policy = access_policy
+        self._columns = SourceColumns()
+        self._audit = audit
 
-    async def run(self, args: DescribeTableInput, ctx: ToolContext) -> Any:
+    async def run(self, args: DescribeTableInput, ctx: RunContext) -> Any:
         name = args.table.strip()
         if ":" in name:
             source, _, rest = name.partition(":")
             cfg = allowed_source(self._datasources, source.strip(), ctx)
+            require_open_source(self._policy, cfg.name, ctx)
             schema, table = _split_qualified(rest)
-            with data_errors():
-                return await asyncio.to_thread(
-                    _profile_source_table, cfg, schema, table, self._query_timeout_s
-                )
+            return await audited_source_work(
+                ctx, cfg, self._policy, self._columns, self._audit,
+                lambda query: _profile_source_table(cfg, schema, table, query),
+                tool=self.name, timeout_s=self._query_timeout_s,
+            )  # fmt: skip
         schema, table = _split_qualified(name)
         if schema is not None and schema.lower() == DEMO_CATALOG:
             with data_errors():
@@ -280,27 +304,39 @@ def _profile_duckdb(db_path: Path, table: str, origin: Literal["upload", "demo"]
     )
 
 
-def _profile_source_table(
-    cfg: DataSourceConfig, schema: str | None, table: str, timeout_s: float
-) -> TableProfile:
-    """Columns and samples from the source's catalog, plus one aggregate query for statistics.
+SourceQuery = Callable[[str, int], SourceQueryResult]
 
-    The statistics query is best effort: on a huge table it may time out, and the description
-    is still useful without it.
+
+def _profile_source_table(
+    cfg: DataSourceConfig,
+    schema: str | None,
+    table: str,
+    query: SourceQuery,
+) -> TableProfile:
+    """Columns from the source's catalog, samples and one aggregate query for statistics.
+
+    The samples and statistics are read through ``query`` (the governed, audited path): under
+    an access policy only the columns it leaves visible are described. The statistics query is
+    best effort: on a huge table it may time out, and the description is still useful without it.
     """
-    from agent_core.data.sources import describe_source_table, query_source
+    from agent_core.data.sources import describe_source_table
 
     described = describe_source_table(cfg, table, schema)
-    columns = [ColumnProfile(name=c.name, type=c.type) for c in described.columns]
+    sample = query(_sample_sql(cfg, described), _SAMPLE_ROWS)
+    visible = set(sample.columns)
+    columns = [ColumnProfile(name=c.name, type=c.type) for c in described.columns if c.name in visible]
+    sample_rows = sample.rows
+    notes = [sample.access_note] if sample.access_note else []
     profile = TableProfile(
         table=_qualified(described.schema_name, described.name),
         origin="source",
         source=cfg.name,
         columns=columns,
-        sample_rows=described.sample_rows,
+        sample_rows=sample_rows,
+        notes=notes,
     )
     try:
-        stats = query_source(cfg, _stats_sql(cfg, described), row_cap=1, timeout_s=timeout_s)
+        stats = query(_stats_sql(cfg, described, columns), 1)
     except DataError as exc:
         profile.notes.append(f"Row count and column statistics are unavailable: {exc}")
         return profile
@@ -315,14 +351,21 @@ def _profile_source_table(
     return profile
 
 
-def _stats_sql(cfg: DataSourceConfig, described: SourceTableDescription) -> str:
+def _sample_sql(cfg: DataSourceConfig, described: SourceTableDescription) -> str:
+    source = exp.table_(described.name, db=described.schema_name, quoted=True)
+    return exp.select("*").from_(source).sql(SQL_DIALECTS[cfg.kind])
+
+
+def _stats_sql(
+    cfg: DataSourceConfig, described: SourceTableDescription, columns: list[ColumnProfile]
+) -> str:
     """``SELECT count(*), count(c1), [min(c1), max(c1)], …`` built as a syntax tree, so column
     names are always quoted identifiers (they come from the catalog, but may contain anything)."""
     aggregates: list[exp.Expression] = [exp.Count(this=exp.Star())]
-    for column in described.columns:
+    for column in columns:
         ref = exp.column(column.name, quoted=True)
         aggregates.append(exp.Count(this=ref.copy()))
         if _RANGE_TYPE.match(column.type):
             aggregates += [exp.Min(this=ref.copy()), exp.Max(this=ref.copy())]
     source = exp.table_(described.name, db=described.schema_name, quoted=True)
-    return exp.select(*aggregates).from_(source).sql(_GUARD_DIALECTS[cfg.kind])
+    return exp.select(*aggregates).from_(source).sql(SQL_DIALECTS[cfg.kind])

@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
+from agent_core.run_context import RunContext, RunDeps
+from agent_core.tools.base import ErrorType, Tool, ToolError
 from agent_core.workspace import (
     EditConflict,
     FileAlreadyExists,
@@ -60,9 +61,9 @@ def workspace_errors() -> Iterator[None]:
         raise ToolError(str(exc), error_type) from exc
 
 
-def conversation_workspace(ctx: ToolContext) -> LocalWorkspace:
+def conversation_workspace(deps: RunDeps) -> LocalWorkspace:
     """The workspace of the conversation a tool runs in."""
-    return workspace_for(ctx.data_dir, ctx.thread_id)
+    return workspace_for(deps.data_dir, deps.thread_id)
 
 
 def _ensure_writable(path: str) -> None:
@@ -124,7 +125,7 @@ class LsTool(Tool[LsInput]):
     idempotent = True
     concurrency_safe = True
 
-    async def run(self, args: LsInput, ctx: ToolContext) -> Any:
+    async def run(self, args: LsInput, ctx: RunContext) -> Any:
         workspace = conversation_workspace(ctx)
         with workspace_errors():
             entries = await workspace.ls(args.path)
@@ -167,7 +168,7 @@ class ReadFileTool(Tool[ReadFileInput]):
     idempotent = True
     concurrency_safe = True
 
-    async def run(self, args: ReadFileInput, ctx: ToolContext) -> Any:
+    async def run(self, args: ReadFileInput, ctx: RunContext) -> Any:
         with workspace_errors():
             return await conversation_workspace(ctx).read(args.path, args.offset, args.limit)
 
@@ -201,7 +202,7 @@ class WriteFileTool(Tool[WriteFileInput]):
     Input = WriteFileInput
     timeout_s = 30.0
 
-    async def run(self, args: WriteFileInput, ctx: ToolContext) -> Any:
+    async def run(self, args: WriteFileInput, ctx: RunContext) -> Any:
         _ensure_writable(args.path)
         with workspace_errors():
             return await conversation_workspace(ctx).write(
@@ -235,7 +236,7 @@ class EditFileTool(Tool[EditFileInput]):
     Input = EditFileInput
     timeout_s = 30.0
 
-    async def run(self, args: EditFileInput, ctx: ToolContext) -> Any:
+    async def run(self, args: EditFileInput, ctx: RunContext) -> Any:
         _ensure_writable(args.path)
         with workspace_errors():
             return await conversation_workspace(ctx).edit(
@@ -275,7 +276,7 @@ class GrepTool(Tool[GrepInput]):
     idempotent = True
     concurrency_safe = True
 
-    async def run(self, args: GrepInput, ctx: ToolContext) -> Any:
+    async def run(self, args: GrepInput, ctx: RunContext) -> Any:
         workspace = conversation_workspace(ctx)
         with workspace_errors():
             matches = await workspace.grep(
@@ -319,7 +320,7 @@ class GlobTool(Tool[GlobInput]):
     idempotent = True
     concurrency_safe = True
 
-    async def run(self, args: GlobInput, ctx: ToolContext) -> Any:
+    async def run(self, args: GlobInput, ctx: RunContext) -> Any:
         workspace = conversation_workspace(ctx)
         with workspace_errors():
             files = await workspace.glob(args.pattern, args.path)

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.tools.levels import OUTPUT_LEVEL_FIELD, OutputLevel
 from agent_core.tools.storage import StoredFile
+from agent_core.units import human_size
 
 # --- errors ----------------------------------------------------------------------------------
 
@@ -98,15 +99,6 @@ def estimate_tokens(text: str) -> int:
     """
     non_ascii = len(_ASCII_RUN.sub("", text))  # the regex runs in C: fine on megabytes
     return (len(text) - non_ascii + 3) // 4 + non_ascii
-
-
-def human_size(size_bytes: int) -> str:
-    """``512 B``, ``3.2 KB``, ``1.4 MB`` (binary multiples)."""
-    if size_bytes < 1024:
-        return f"{size_bytes} B"
-    if size_bytes < 1024 * 1024:
-        return f"{size_bytes / 1024:.1f} KB"
-    return f"{size_bytes / (1024 * 1024):.1f} MB"
 
 
 # --- shapes ----------------------------------------------------------------------------------

@@ -7,47 +7,12 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlmodel import select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.memory import ConversationScope, MemoryFull, MemoryScopeName, MemoryStore
-from agent_core.store.tables import ThreadRow
-from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
-
-_SCOPE = "memory.scope"
-
-
-async def conversation_scope(
-    sessions: async_sessionmaker[AsyncSession], ctx: ToolContext
-) -> ConversationScope | None:
-    """Where `ctx`'s conversation lives, from its thread row (None for a thread not in the
-    database, e.g. a sub-agent's); cached for the turn in ``ctx.extras``.
-
-    DM-ness and the DM's owner come from the stored thread (set when it was opened), not from
-    the message, so a user's memory can only ever load in that user's own DM.
-    """
-    if _SCOPE not in ctx.extras:
-        async with sessions() as session:
-            row = (
-                await session.exec(
-                    select(
-                        ThreadRow.platform, ThreadRow.workspace, ThreadRow.channel, ThreadRow.dm_owner
-                    ).where(ThreadRow.id == ctx.thread_id)
-                )
-            ).first()
-        scope = None
-        if row is not None:
-            platform, workspace, channel, dm_owner = row
-            scope = ConversationScope(
-                platform=platform,
-                workspace=workspace,
-                channel=channel,
-                user=dm_owner or ctx.user,
-                is_dm=dm_owner is not None,
-            )
-        ctx.extras[_SCOPE] = scope
-    return ctx.extras[_SCOPE]
-
+from agent_core.memory_scope import conversation_scope
+from agent_core.run_context import MemoryInPrompt, RunContext
+from agent_core.tools.base import ErrorType, Tool, ToolError
 
 
 class MemoryInput(BaseModel):
@@ -79,8 +44,8 @@ class MemoryTool(Tool[MemoryInput]):
         self._store = store
         self._sessions = sessions
 
-    async def run(self, args: MemoryInput, ctx: ToolContext) -> str:
-        scope = await conversation_scope(self._sessions, ctx)
+    async def run(self, args: MemoryInput, ctx: RunContext) -> str:
+        scope = await self._scope(ctx)
         if scope is None:
             raise ToolError("memory is not available in this conversation", ErrorType.PERMISSION_DENIED)
         if scope.is_dm and args.scope is not MemoryScopeName.USER:
@@ -109,3 +74,10 @@ class MemoryTool(Tool[MemoryInput]):
             MemoryScopeName.USER: "in the user's personal memory (direct messages)",
         }[args.scope]
         return f"Remembered {where}: {args.fact}" if added else f"Already remembered {where}."
+
+    async def _scope(self, ctx: RunContext) -> ConversationScope | None:
+        """The conversation's scope: as the memory hook loaded it for the turn, else looked up
+        once and kept for the rest of the turn."""
+        if ctx.turn.memory is None:
+            ctx.turn.memory = MemoryInPrompt(await conversation_scope(self._sessions, ctx))
+        return ctx.turn.memory.scope

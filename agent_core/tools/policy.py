@@ -19,6 +19,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_core.retry import backoff_delay_s
 from agent_core.tools.formatting import ErrorType
 
 
@@ -42,7 +43,9 @@ class RetryPolicy(BaseModel):
 
     def delay_s(self, retry: int) -> float:
         """Wait before retry number ``retry`` (1-based): exponential backoff, capped."""
-        return min(self.initial_delay_s * self.backoff_multiplier ** (retry - 1), self.max_delay_s)
+        return backoff_delay_s(
+            retry - 1, first_s=self.initial_delay_s, max_s=self.max_delay_s, factor=self.backoff_multiplier
+        )
 
     def timeout_s(self, base_timeout_s: float, attempt: int) -> float:
         """Timeout of attempt ``attempt`` (0 = the first call), capped at ``max_timeout_s``."""

@@ -18,7 +18,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from agent_core.messages import OutboundFile
-from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ErrorType, Tool, ToolError
 from agent_core.tools.charts import slugify
 from agent_core.tools.files import conversation_workspace, workspace_errors
 from agent_core.tools.sql import query_conversation_data
@@ -223,7 +224,7 @@ class GenerateReportTool(Tool[GenerateReportInput]):
     Input = GenerateReportInput
     timeout_s = 120.0
 
-    async def run(self, args: GenerateReportInput, ctx: ToolContext) -> Any:
+    async def run(self, args: GenerateReportInput, ctx: RunContext) -> Any:
         words = _HEADINGS[args.language]
         today = date.today()
         workspace = conversation_workspace(ctx)
@@ -294,7 +295,7 @@ class GenerateReportTool(Tool[GenerateReportInput]):
         vpath, size = await _save(workspace, stem, today, content)
         with workspace_errors():
             real = await workspace.real_path(vpath)
-        ctx.produced_files.append(
+        ctx.turn.produced_files.append(
             OutboundFile(path=str(real), title=args.title, mime_type="text/markdown")
         )
         summary = args.summary.strip()
@@ -352,7 +353,7 @@ def _chart_markdown(vpath: str) -> str:
 
 
 async def _render_table(
-    ctx: ToolContext, spec: ReportTable, words: dict[str, str], notes: list[str]
+    ctx: RunContext, spec: ReportTable, words: dict[str, str], notes: list[str]
 ) -> tuple[list[str], str | None]:
     """Markdown lines of one table, and the SQL that produced it (None for given rows)."""
     if spec.sql is not None:

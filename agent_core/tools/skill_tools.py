@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from agent_core.run_context import RunContext
 from agent_core.skills.loader import SkillCatalog
 from agent_core.skills.model import SkillActivationError, SkillNotFound, SkillStackError
-from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
+from agent_core.tools.base import ErrorType, Tool, ToolError
 
 
 class ActivateSkillInput(BaseModel):
@@ -25,9 +26,9 @@ class ActivateSkillTool(Tool[ActivateSkillInput]):
     def __init__(self, catalog: SkillCatalog) -> None:
         self._catalog = catalog
 
-    async def run(self, args: ActivateSkillInput, ctx: ToolContext) -> str:
+    async def run(self, args: ActivateSkillInput, ctx: RunContext) -> str:
         try:
-            return ctx.state.skills.activate(self._catalog, args.name).render()
+            return ctx.turn.thread.skills.activate(self._catalog, args.name).render()
         except SkillNotFound as exc:
             raise ToolError(str(exc), ErrorType.INVALID_PARAMETERS) from exc
         except SkillActivationError as exc:
@@ -43,12 +44,12 @@ class FinishSkillTool(Tool[FinishSkillInput]):
     description = "Finish the active skill (the innermost one) when its work is done."
     Input = FinishSkillInput
 
-    async def run(self, args: FinishSkillInput, ctx: ToolContext) -> str:
+    async def run(self, args: FinishSkillInput, ctx: RunContext) -> str:
         try:
-            frame = ctx.state.skills.pop(args.name)
+            frame = ctx.turn.thread.skills.pop(args.name)
         except SkillStackError as exc:
             raise ToolError(str(exc), ErrorType.INVALID_PARAMETERS) from exc
-        remaining = " → ".join(ctx.state.skills.chain) or "none"
+        remaining = " → ".join(ctx.turn.thread.skills.chain) or "none"
         return f"Finished skill {frame.name}. Still active: {remaining}."
 
 
@@ -68,7 +69,7 @@ class ReadSkillFileTool(Tool[ReadSkillFileInput]):
     def __init__(self, catalog: SkillCatalog) -> None:
         self._catalog = catalog
 
-    async def run(self, args: ReadSkillFileInput, ctx: ToolContext) -> str:
+    async def run(self, args: ReadSkillFileInput, ctx: RunContext) -> str:
         try:
             return self._catalog.read_uri(args.path)
         except (SkillNotFound, ValueError) as exc:

@@ -9,13 +9,17 @@ errors to tool errors.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, Field
 
+from agent_core.config import SQL_DIALECTS
+from agent_core.data.demo import DEMO_CATALOG, demo_database_path
+from agent_core.data.duckdb_engine import QueryResult, run_duckdb_query
 from agent_core.data.errors import (
     DataError,
     DataSourceNotAllowed,
@@ -26,23 +30,35 @@ from agent_core.data.errors import (
 )
 from agent_core.data.result_cap import cap_rows
 from agent_core.data.source_config import DataSourceConfig, is_allowed
-from agent_core.data.uploads import QueryResult, run_duckdb_query
-from agent_core.tools.base import ErrorType, Tool, ToolContext, ToolError
+from agent_core.data.sql_guard import ensure_read_only
+from agent_core.governance.audience import Identity
+from agent_core.governance.audit import AuditUnavailable, DailyRowLimitReached, DataAccess
+from agent_core.governance.columns import SourceColumns
+from agent_core.governance.enforce import enforce, require_source
+from agent_core.governance.errors import AccessDenied
+from agent_core.governance.policy import AccessPolicy
+from agent_core.provenance import UPLOADS_SOURCE, TimeRange, record_query
+from agent_core.run_context import RunContext, RunDeps
+from agent_core.tools.approval_gate import PlannedQuery
+from agent_core.tools.base import ErrorType, Tool, ToolError
 from agent_core.workspace.local import thread_dir_name
+
+if TYPE_CHECKING:
+    from agent_core.governance.audit import AuditTrail
 
 MAX_SQL_CHARS = 20_000
 DEFAULT_BYTE_CAP = 1_000_000
 DEFAULT_QUERY_TIMEOUT_S = 30.0
 
 
-def conversation_database(ctx: ToolContext) -> Path:
+def conversation_database(deps: RunDeps) -> Path:
     """The DuckDB file holding a conversation's uploaded tables (outside the agent's view)."""
-    return ctx.data_dir / "workspaces" / thread_dir_name(ctx.thread_id) / "tables.duckdb"
+    return deps.data_dir / "workspaces" / thread_dir_name(deps.thread_id) / "tables.duckdb"
 
 
-def demo_database(ctx: ToolContext) -> Path:
+def demo_database(deps: RunDeps) -> Path:
     """The shared, read-only demo database (``demo.sales``)."""
-    return ctx.data_dir / "demo" / "demo.duckdb"
+    return demo_database_path(deps.data_dir)
 
 
 @contextmanager
@@ -55,8 +71,13 @@ def data_errors() -> Iterator[None]:
         yield
     except SQLParseError as exc:  # a typo, not an attempt to write: the model should fix it
         raise ToolError(str(exc), ErrorType.INVALID_PARAMETERS) from exc
-    except (UnsafeSQLError, DataSourceNotAllowed) as exc:
+    except (UnsafeSQLError, DataSourceNotAllowed, AccessDenied) as exc:
         raise ToolError(str(exc), ErrorType.PERMISSION_DENIED) from exc
+    except DailyRowLimitReached as exc:
+        retry_after = exc.resets_in.total_seconds()
+        raise ToolError(str(exc), ErrorType.PERMISSION_DENIED, code="DAILY_ROW_LIMIT", retry_after_s=retry_after) from exc
+    except AuditUnavailable as exc:
+        raise ToolError(str(exc), ErrorType.RESOURCE_ERROR, code="AUDIT_UNAVAILABLE") from exc
     except QueryTimeout as exc:
         raise ToolError(str(exc), ErrorType.TIMEOUT) from exc
     except TableNotFound as exc:
@@ -66,14 +87,18 @@ def data_errors() -> Iterator[None]:
 
 
 async def query_conversation_data(
-    ctx: ToolContext,
+    ctx: RunContext,
     sql: str,
     *,
     max_rows: int,
     byte_cap: int = DEFAULT_BYTE_CAP,
     timeout_s: float = DEFAULT_QUERY_TIMEOUT_S,
+    metrics: Sequence[str] = (),
+    period: TimeRange | None = None,
 ) -> QueryResult:
-    """Run one guarded read-only DuckDB query over the conversation's uploads and the demo data.
+    """Run one guarded read-only DuckDB query over the conversation's uploads and the demo data,
+    and record it for the answer's provenance (``metrics`` and ``period``: what a metric query
+    computed, over which dates).
 
     Raises ToolError (see :func:`data_errors`).
     """
@@ -87,7 +112,18 @@ async def query_conversation_data(
             byte_cap=byte_cap,
             timeout_s=timeout_s,
         )
-    return capped_result(result, byte_cap)
+    capped = capped_result(result, byte_cap)
+    record_query(
+        ctx.turn.data_used,
+        capped,
+        source=UPLOADS_SOURCE,
+        dialect="duckdb",
+        catalogs={DEMO_CATALOG: DEMO_CATALOG},  # demo.sales: source demo, table sales
+        metrics=metrics,
+        period=period,
+        call_id=ctx.tool_call_id,
+    )
+    return capped
 
 
 def capped_result(result: QueryResult, byte_cap: int) -> QueryResult:
@@ -102,8 +138,168 @@ def capped_result(result: QueryResult, byte_cap: int) -> QueryResult:
     return result.model_copy(update={"rows": rows, "row_count": len(rows), "truncated": True})
 
 
+class SourceQueryResult(QueryResult):
+    """Rows of a configured source; ``access_note`` says how the access policy limited them
+    (the pipeline shows it to the model, to pass on to the asker)."""
+
+    access_note: str | None = None
+
+
+def governed_source_query(
+    cfg: DataSourceConfig,
+    sql: str,
+    identity: Identity,
+    policy: AccessPolicy | None,
+    columns: SourceColumns,
+    *,
+    row_cap: int | None,
+    timeout_s: float | None = None,
+    byte_cap: int = DEFAULT_BYTE_CAP,
+) -> SourceQueryResult:
+    """Run ``sql`` on ``cfg`` as the people who will read the answer may see it (blocking).
+
+    The access policy rewrites the query first (`agent_core.governance.enforce`); every data
+    path over a configured source goes through here or through ``enforce`` itself.
+    """
+    from agent_core.data.sources import query_source  # database drivers load on first use
+
+    enforced = enforce(
+        sql, cfg.name, SQL_DIALECTS[cfg.kind], identity, policy=policy, columns=columns.lookup(cfg)
+    )
+    result = query_source(cfg, enforced.sql, row_cap=row_cap, timeout_s=timeout_s, byte_cap=byte_cap)
+    return SourceQueryResult(**result.model_dump(), access_note=enforced.note)
+
+
+SourceQuery = Callable[[str, int | None], SourceQueryResult]  # (sql, row_cap) → rows, blocking
+T = TypeVar("T")
+
+
+async def audited_source_query(
+    ctx: RunContext,
+    cfg: DataSourceConfig,
+    sql: str,
+    policy: AccessPolicy | None,
+    columns: SourceColumns,
+    audit: AuditTrail | None,
+    *,
+    tool: str,
+    row_cap: int | None,
+    timeout_s: float | None = None,
+    byte_cap: int = DEFAULT_BYTE_CAP,
+) -> SourceQueryResult:
+    """`governed_source_query` for one tool call, limited and audited (see `audited_source_work`)."""
+    return await audited_source_work(
+        ctx, cfg, policy, columns, audit, lambda query: query(sql, row_cap),
+        tool=tool, timeout_s=timeout_s, byte_cap=byte_cap,
+    )  # fmt: skip
+
+
+async def audited_source_work(
+    ctx: RunContext,
+    cfg: DataSourceConfig,
+    policy: AccessPolicy | None,
+    columns: SourceColumns,
+    audit: AuditTrail | None,
+    work: Callable[[SourceQuery], T],
+    *,
+    tool: str,
+    timeout_s: float | None = None,
+    byte_cap: int = DEFAULT_BYTE_CAP,
+) -> T:
+    """Run ``work`` in a worker thread; each query it makes through the ``query`` it is given
+    is governed (`governed_source_query`), limited and audited. The path every tool takes to a
+    configured source: sql_query, query_metric and push-down analytics (`run_metric_query`),
+    describe_table.
+
+    Before the queries, the asker's daily row limit (``BA_USER_DAILY_ROWS``): none left refuses
+    the call, and each query reads at most the rows left. After them, one audit record per query
+    (who, where, the source, the SQL as executed, rows, duration, approval, thread and tool
+    call). When a record cannot be written the result is withheld: the call fails closed, and
+    no data reaches the conversation unaudited. Without ``audit`` (no service database: library
+    use, tests) nothing is limited or recorded.
+
+    Raises ToolError (see :func:`data_errors`): permission_denied ``DAILY_ROW_LIMIT``,
+    resource_error ``AUDIT_UNAVAILABLE``, and the queries' own errors.
+    """
+    identity = Identity.of(ctx)
+    ran: list[DataAccess] = []
+    with data_errors():
+        left = await audit.rows_left(identity.platform, identity.user) if audit is not None else None
+
+        def query(sql: str, row_cap: int | None) -> SourceQueryResult:
+            allowance = None  # set when the rows left today cap this query below its own cap
+            if left is not None and audit is not None:
+                remaining = left - sum(access.row_count for access in ran)
+                if remaining <= 0:
+                    raise audit.limit_reached()
+                if row_cap is None or remaining < row_cap:
+                    row_cap = allowance = remaining
+            started = time.perf_counter()
+            result = governed_source_query(
+                cfg, sql, identity, policy, columns, row_cap=row_cap, timeout_s=timeout_s, byte_cap=byte_cap
+            )
+            ran.append(
+                DataAccess(
+                    platform=identity.platform,
+                    user_id=identity.user,
+                    channel=identity.channel,
+                    source=cfg.name,
+                    tool=tool,
+                    sql=result.sql,
+                    row_count=result.row_count,
+                    duration_ms=(time.perf_counter() - started) * 1000,
+                    thread_id=ctx.thread_id,
+                    tool_call_id=ctx.tool_call_id,
+                    approval_id=ctx.approval_id,
+                )
+            )
+            if allowance is not None and result.truncated:
+                cut = f"only {allowance:,} rows were read: the rest of the asker's daily row limit (resets at 00:00 UTC)"
+                note = f"{result.access_note} Also {cut}." if result.access_note else f"{cut[0].upper()}{cut[1:]}."
+                result = result.model_copy(update={"access_note": note})
+            return result
+
+        try:
+            return await asyncio.to_thread(work, query)
+        finally:  # what ran is recorded even when the work failed afterwards
+            if audit is not None:
+                for access in ran:
+                    await audit.record(access)
+
+
+async def plan_source_query(
+    cfg: DataSourceConfig,
+    sql: str,
+    ctx: RunDeps,
+    policy: AccessPolicy | None,
+    columns: SourceColumns,
+    metrics: list[str] | None = None,
+) -> PlannedQuery | None:
+    """``sql`` on ``cfg`` as it would run for ``ctx`` (rewritten by the access policy), for the
+    approval gate; None when running it would fail anyway (it then reports why)."""
+    if not is_allowed(cfg, ctx.channel, ctx.user):
+        return None
+    dialect = SQL_DIALECTS[cfg.kind]
+    try:
+        enforced = await asyncio.to_thread(
+            enforce, sql, cfg.name, dialect, Identity.of(ctx), policy=policy, columns=columns.lookup(cfg)
+        )
+        safe_sql = ensure_read_only(enforced.sql, dialect)  # only one read-only query is explained
+    except DataError:
+        return None
+    return PlannedQuery(source=cfg, sql=safe_sql, dialect=dialect, metrics=list(metrics or []))
+
+
+def require_open_source(policy: AccessPolicy | None, name: str, ctx: RunDeps) -> None:
+    """Raise a permission_denied ToolError if the access policy closes source ``name`` here."""
+    if policy is None:
+        return
+    with data_errors():
+        require_source(policy, name, Identity.of(ctx))
+
+
 def allowed_source(
-    datasources: Mapping[str, DataSourceConfig], name: str, ctx: ToolContext
+    datasources: Mapping[str, DataSourceConfig], name: str, ctx: RunContext
 ) -> DataSourceConfig:
     """The configured source called ``name`` if this conversation may use it.
 
@@ -125,7 +321,7 @@ def allowed_source(
     return cfg
 
 
-def usable_sources(datasources: Mapping[str, DataSourceConfig], ctx: ToolContext) -> list[str]:
+def usable_sources(datasources: Mapping[str, DataSourceConfig], ctx: RunDeps) -> list[str]:
     """Names of the configured sources this conversation's channel and user may query."""
     return sorted(n for n, cfg in datasources.items() if is_allowed(cfg, ctx.channel, ctx.user))
 
@@ -167,7 +363,7 @@ class SqlQueryTool(Tool):
         "tables of files uploaded in this conversation (plain names, see list_tables). Set "
         "`source` to query a configured company database instead. Only a single SELECT / WITH "
         "statement is allowed; aggregate in SQL (GROUP BY, SUM, COUNT) rather than fetching "
-        "raw rows."
+        "raw rows. When a result says the access policy limited it, tell the user so in your answer."
     )
     Input = SqlQueryInput
     timeout_s = 60.0
@@ -180,12 +376,25 @@ class SqlQueryTool(Tool):
         datasources: Mapping[str, DataSourceConfig] | None = None,
         byte_cap: int = DEFAULT_BYTE_CAP,
         query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S,
+        access_policy: AccessPolicy | None = None,
+        audit: AuditTrail | None = None,
     ) -> None:
         self._datasources = dict(datasources or {})
         self._byte_cap = byte_cap
         self._query_timeout_s = query_timeout_s
+        self._policy = access_policy
+        self._columns = SourceColumns()
+        self._audit = audit
 
-    async def run(self, args: SqlQueryInput, ctx: ToolContext) -> Any:
+    async def plan_query(self, args: SqlQueryInput, ctx: RunContext) -> PlannedQuery | None:
+        """What the call would run on a configured source (the approval gate asks this);
+        None for the uploads and demo data."""
+        cfg = self._datasources.get(args.source) if args.source is not None else None
+        if cfg is None:
+            return None
+        return await plan_source_query(cfg, args.sql, ctx, self._policy, self._columns)
+
+    async def run(self, args: SqlQueryInput, ctx: RunContext) -> Any:
         if args.source is None:
             return await query_conversation_data(
                 ctx,
@@ -195,16 +404,21 @@ class SqlQueryTool(Tool):
                 timeout_s=self._query_timeout_s,
             )
         cfg = allowed_source(self._datasources, args.source, ctx)
-        from agent_core.data.sources import query_source  # database drivers load on first use
-
-        with data_errors():
-            # The source's own row cap and statement timeout still apply if they are smaller.
-            result = await asyncio.to_thread(
-                query_source,
-                cfg,
-                args.sql,
-                row_cap=args.max_rows,
-                timeout_s=self._query_timeout_s,
-                byte_cap=self._byte_cap,
-            )
-        return capped_result(result, self._byte_cap)
+        # The source's own row cap and statement timeout still apply if they are smaller.
+        result = await audited_source_query(
+            ctx,
+            cfg,
+            args.sql,
+            self._policy,
+            self._columns,
+            self._audit,
+            tool=self.name,
+            row_cap=args.max_rows,
+            timeout_s=self._query_timeout_s,
+            byte_cap=self._byte_cap,
+        )
+        capped = capped_result(result, self._byte_cap)
+        record_query(
+            ctx.turn.data_used, capped, source=cfg.name, dialect=SQL_DIALECTS[cfg.kind], call_id=ctx.tool_call_id
+        )
+        return capped

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from agent_core.run_context import RunContext
 from agent_core.state import Todo, TodoStatus
-from agent_core.tools.base import Tool, ToolContext
+from agent_core.tools.base import Tool
 
 MAX_TODOS = 30
 
@@ -32,7 +33,7 @@ class TodoTool(Tool[TodoInput]):
     )
     Input = TodoInput
 
-    async def run(self, args: TodoInput, ctx: ToolContext) -> str:
-        ctx.state.todos = [Todo(id=i + 1, content=t.content, status=t.status) for i, t in enumerate(args.todos)]
+    async def run(self, args: TodoInput, ctx: RunContext) -> str:
+        ctx.turn.thread.todos = [Todo(id=i + 1, content=t.content, status=t.status) for i, t in enumerate(args.todos)]
         marks = {"pending": "[ ]", "in_progress": "[~]", "done": "[x]"}
-        return "\n".join(f"{marks[t.status]} {t.id}. {t.content}" for t in ctx.state.todos) or "(no todos)"
+        return "\n".join(f"{marks[t.status]} {t.id}. {t.content}" for t in ctx.turn.thread.todos) or "(no todos)"

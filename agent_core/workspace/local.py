@@ -1,37 +1,26 @@
 """Workspace backend on a local directory.
 
-Safety model. Paths are first validated as virtual paths (see backend.normalize_virtual_path),
-then resolved *one segment at a time* with directory file descriptors: every directory is
-opened with ``O_NOFOLLOW | O_DIRECTORY`` relative to its parent's descriptor and the final
-file with ``O_NOFOLLOW``. Symbolic links are therefore never followed anywhere below the root
--- not just "not outside the root" -- and there is no window between a check and the open in
-which a path component could be swapped for a link. Only the configured root itself may be (or
-sit under) a symlink: it comes from operator configuration, not from the model.
-
-Listings skip symlinks and the backend's own temporary files. Writes go to a temporary file
-in the target directory, are fsynced, then renamed into place (or hard-linked, which fails
-atomically if the name is taken, when overwriting is not allowed).
+Safety model: every path is resolved below the conversation's root without following a
+symbolic link, by directory descriptors (`agent_core.workspace.nofollow`); writes are atomic.
+Listings skip symlinks and the backend's own temporary files.
 
 Concurrency: each call is independent and atomic at the file level; the gateway runs one agent
 turn per conversation at a time, so no cross-call locking is needed here.
 
 Isolation: :func:`workspace_for` gives every conversation (thread id) its own root directory,
 so two conversations -- in particular two users' DMs -- can never name each other's files.
-Requires a POSIX system (``dir_fd`` support).
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import hashlib
 import io
 import os
 import re
-import secrets
 import stat as stat_mod
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import ExitStack, closing, contextmanager, suppress
+from contextlib import ExitStack, closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -40,7 +29,6 @@ from agent_core.workspace.backend import (
     DEFAULT_AREAS,
     EditConflict,
     EditResult,
-    FileAlreadyExists,
     FileInfo,
     FileNotFound,
     FileTooLarge,
@@ -50,18 +38,22 @@ from agent_core.workspace.backend import (
     NotTextFile,
     PathNotAllowed,
     ReadResult,
-    WorkspaceError,
     WorkspaceLimits,
     normalize_virtual_path,
     split_virtual_path,
 )
+from agent_core.workspace.nofollow import (
+    DIR_FLAGS,
+    FILE_FLAGS,
+    TEMP_PREFIX,
+    NoFollowRoot,
+    lstat_at,
+    os_errors,
+    write_atomically,
+)
 
 _T = TypeVar("_T")
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-# O_NONBLOCK: opening a FIFO planted in the workspace must not hang a worker thread.
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-_TEMP_PREFIX = ".ba-tmp-"
 _BINARY_SNIFF_BYTES = 8192
 
 
@@ -71,39 +63,6 @@ def _mtime(st: os.stat_result) -> datetime:
 
 def _join(vdir: str, name: str) -> str:
     return f"{vdir.rstrip('/')}/{name}"
-
-
-@contextmanager
-def _os_errors(vpath: str, action: str) -> Iterator[None]:
-    """Translate OSError into model-safe WorkspaceErrors.
-
-    Uses `strerror` only: `str(OSError)` embeds the real filesystem path.
-    """
-    try:
-        yield
-    except WorkspaceError:
-        raise
-    except FileNotFoundError as e:
-        raise FileNotFound(f"no such file or directory: {vpath}", vpath) from e
-    except NotADirectoryError as e:
-        raise FileNotFound(f"a parent of {vpath} is not a directory", vpath) from e
-    except IsADirectoryError as e:
-        raise NotAFile(f"{vpath} is a directory", vpath) from e
-    except PermissionError as e:
-        raise PathNotAllowed(f"permission denied: {vpath}", vpath) from e
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise PathNotAllowed(f"symbolic links are not allowed: {vpath}", vpath) from e
-        if e.errno == errno.ENAMETOOLONG:
-            raise PathNotAllowed(f"path is too long: {vpath}", vpath) from e
-        raise WorkspaceError(f"could not {action} {vpath}: {e.strerror}", vpath) from e
-
-
-def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
 
 
 def _iter_lines(
@@ -184,12 +143,12 @@ class LocalWorkspace:
         *,
         areas: Sequence[str] = DEFAULT_AREAS,
     ) -> None:
-        self._root = Path(root)
+        self._fs = NoFollowRoot(Path(root))
         self.limits = limits or WorkspaceLimits()
         self._areas = tuple(areas)
 
     def __repr__(self) -> str:
-        return f"LocalWorkspace({str(self._root)!r})"
+        return f"LocalWorkspace({str(self._fs.root)!r})"
 
     # ---------------------------------------------------------------- async public API
 
@@ -231,72 +190,9 @@ class LocalWorkspace:
     def _normalize(self, path: str) -> str:
         return normalize_virtual_path(path, self._areas)
 
-    def _open_root(self, create: bool) -> int:
-        if create:
-            self._root.mkdir(parents=True, exist_ok=True)
-        # The root may be reached through operator-configured symlinks: follow them here only.
-        return os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-
-    def _open_child_dir(self, parent_fd: int, name: str, create: bool, vpath: str) -> int:
-        try:
-            return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-        except FileNotFoundError:
-            if not create:
-                raise
-            with suppress(FileExistsError):  # created concurrently: the open re-checks it
-                os.mkdir(name, 0o700, dir_fd=parent_fd)
-            return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-        except OSError:
-            # O_NOFOLLOW|O_DIRECTORY reports a symlink as ENOTDIR on Linux; tell the two apart.
-            st = _lstat_at(parent_fd, name)
-            if st is not None and stat_mod.S_ISLNK(st.st_mode):
-                raise PathNotAllowed(f"symbolic links are not allowed: {vpath}", vpath) from None
-            raise
-
-    @contextmanager
-    def _open_dir(self, segments: Sequence[str], vpath: str, *, create: bool) -> Iterator[int]:
-        """Descriptor of root/segments, walked without following any symlink."""
-        with _os_errors(vpath, "open"):
-            fd = self._open_root(create)
-            try:
-                for i, name in enumerate(segments):
-                    shown = "/" + "/".join(segments[: i + 1])
-                    child = self._open_child_dir(fd, name, create, shown)
-                    os.close(fd)
-                    fd = child
-            except BaseException:
-                os.close(fd)
-                raise
-        try:
-            yield fd
-        finally:
-            os.close(fd)
-
-    @contextmanager
-    def _open_file(
-        self, vpath: str
-    ) -> Iterator[tuple[io.BufferedReader[io.FileIO], os.stat_result]]:
-        """An open regular file at a normalized virtual path, plus its stat."""
-        segments = split_virtual_path(vpath)
-        if len(segments) < 2:
-            raise NotAFile(f"{vpath} is a directory", vpath)
-        with self._open_dir(segments[:-1], vpath, create=False) as dir_fd:
-            with _os_errors(vpath, "open"):  # ELOOP here means the final segment is a symlink
-                fd = os.open(segments[-1], _FILE_FLAGS, dir_fd=dir_fd)
-                f = io.BufferedReader(io.FileIO(fd, "rb"))
-            with f:
-                st = os.fstat(f.fileno())
-                if stat_mod.S_ISDIR(st.st_mode):
-                    raise NotAFile(f"{vpath} is a directory", vpath)
-                if not stat_mod.S_ISREG(st.st_mode):
-                    raise NotAFile(f"{vpath} is not a regular file", vpath)
-                os.set_blocking(f.fileno(), True)
-                yield f, st
-
-    # ---------------------------------------------------------------- listing
 
     def _visible(self, vdir: str, entry: os.DirEntry[str]) -> bool:
-        if entry.name.startswith(_TEMP_PREFIX) or entry.is_symlink():
+        if entry.name.startswith(TEMP_PREFIX) or entry.is_symlink():
             return False
         # At the root only the areas exist for the model; anything else is server bookkeeping.
         return vdir != "/" or entry.name in self._areas
@@ -321,8 +217,8 @@ class LocalWorkspace:
         segments = split_virtual_path(vpath)
         try:
             with (
-                self._open_dir(segments, vpath, create=False) as fd,
-                _os_errors(vpath, "list"),
+                self._fs.open_dir(segments, vpath, create=False) as fd,
+                os_errors(vpath, "list"),
                 os.scandir(fd) as it,
             ):
                 entries = sorted((e for e in it if self._visible(vpath, e)), key=lambda e: e.name)
@@ -337,11 +233,11 @@ class LocalWorkspace:
         vpath = self._normalize(path)
         segments = split_virtual_path(vpath)
         if len(segments) < 2:
-            with self._open_dir(segments, vpath, create=False) as fd:
+            with self._fs.open_dir(segments, vpath, create=False) as fd:
                 dir_st = os.fstat(fd)
             return FileInfo(path=vpath, size=0, modified_at=_mtime(dir_st), is_dir=True)
-        with self._open_dir(segments[:-1], vpath, create=False) as dir_fd:
-            st = _lstat_at(dir_fd, segments[-1])
+        with self._fs.open_dir(segments[:-1], vpath, create=False) as dir_fd:
+            st = lstat_at(dir_fd, segments[-1])
         if st is None:
             raise FileNotFound(f"no such file or directory: {vpath}", vpath)
         if stat_mod.S_ISLNK(st.st_mode):
@@ -372,7 +268,7 @@ class LocalWorkspace:
                 yield child_vpath, entry.name, fd, st
             elif stat_mod.S_ISDIR(st.st_mode):
                 try:
-                    child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+                    child = os.open(entry.name, DIR_FLAGS, dir_fd=fd)
                 except OSError:
                     continue  # replaced by a symlink or removed since scandir: skip it
                 try:
@@ -392,11 +288,11 @@ class LocalWorkspace:
             fd: int | None = None
             single: str | None = None
             try:
-                fd = stack.enter_context(self._open_dir(segments, vpath, create=False))
+                fd = stack.enter_context(self._fs.open_dir(segments, vpath, create=False))
             except FileNotFound:
                 if len(segments) > 1:
                     self._stat(vpath)  # raises unless the base is a regular file
-                    fd = stack.enter_context(self._open_dir(segments[:-1], vpath, create=False))
+                    fd = stack.enter_context(self._fs.open_dir(segments[:-1], vpath, create=False))
                     single = segments[-1]
             yield vpath, fd, single
 
@@ -410,7 +306,7 @@ class LocalWorkspace:
         max_lines = min(limit or self.limits.read_max_lines, self.limits.read_max_lines)
         max_chars = self.limits.line_max_chars
         vpath = self._normalize(path)
-        with self._open_file(vpath) as (f, _st):
+        with self._fs.open_file(vpath) as (f, _st):
             if b"\x00" in f.peek(_BINARY_SNIFF_BYTES)[:_BINARY_SNIFF_BYTES]:
                 raise NotTextFile(f"{vpath} is a binary file; it cannot be shown as text", vpath)
             lines = _iter_lines(f, max_chars * 4)  # 4 = worst-case UTF-8 bytes per character
@@ -444,62 +340,16 @@ class LocalWorkspace:
     def _read_bytes(self, path: str) -> bytes:
         vpath = self._normalize(path)
         cap = self.limits.read_bytes_max
-        with self._open_file(vpath) as (f, st):
+        with self._fs.open_file(vpath) as (f, st):
             if st.st_size > cap:
                 raise FileTooLarge(f"{vpath} is {st.st_size} bytes; the limit is {cap}", vpath)
-            with _os_errors(vpath, "read"):
+            with os_errors(vpath, "read"):
                 data = f.read(cap + 1)  # +1: the file may have grown since fstat
         if len(data) > cap:
             raise FileTooLarge(f"{vpath} is larger than the {cap} byte limit", vpath)
         return data
 
     # ---------------------------------------------------------------- writing
-
-    def _replace_atomically(
-        self, dir_fd: int, name: str, data: bytes, vpath: str, *, overwrite: bool
-    ) -> None:
-        """Write `data` to a temp file beside `name`, fsync, then move it into place."""
-        existing = _lstat_at(dir_fd, name)
-        if existing is not None:
-            if stat_mod.S_ISLNK(existing.st_mode):
-                raise PathNotAllowed(f"symbolic links are not allowed: {vpath}", vpath)
-            if stat_mod.S_ISDIR(existing.st_mode):
-                raise NotAFile(f"{vpath} is a directory", vpath)
-            if not overwrite:
-                raise FileAlreadyExists(
-                    f"{vpath} already exists; pass overwrite=true to replace it "
-                    "or choose another name",
-                    vpath,
-                )
-        tmp = f"{_TEMP_PREFIX}{secrets.token_hex(8)}"
-        with _os_errors(vpath, "write"):
-            fd = os.open(
-                tmp,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=dir_fd,
-            )
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                if overwrite:
-                    # rename() replaces a symlink planted meanwhile instead of following it.
-                    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-                else:
-                    # link() refuses an existing name atomically: no check-then-write race.
-                    try:
-                        os.link(
-                            tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False
-                        )
-                    except FileExistsError:
-                        raise FileAlreadyExists(f"{vpath} already exists", vpath) from None
-                    os.unlink(tmp, dir_fd=dir_fd)
-            except BaseException:
-                with suppress(FileNotFoundError):
-                    os.unlink(tmp, dir_fd=dir_fd)
-                raise
 
     def _write(self, path: str, content: str | bytes, overwrite: bool) -> FileInfo:
         vpath = self._normalize(path)
@@ -517,8 +367,8 @@ class LocalWorkspace:
         cap = self.limits.write_max_bytes
         if len(data) > cap:
             raise FileTooLarge(f"content is {len(data)} bytes; the limit is {cap}", vpath)
-        with self._open_dir(segments[:-1], vpath, create=True) as dir_fd:
-            self._replace_atomically(dir_fd, segments[-1], data, vpath, overwrite=overwrite)
+        with self._fs.open_dir(segments[:-1], vpath, create=True) as dir_fd:
+            write_atomically(dir_fd, segments[-1], data, vpath, overwrite=overwrite)
             st = os.stat(segments[-1], dir_fd=dir_fd, follow_symlinks=False)
         return FileInfo(path=vpath, size=st.st_size, modified_at=_mtime(st))
 
@@ -530,7 +380,7 @@ class LocalWorkspace:
         vpath = self._normalize(path)
         segments = split_virtual_path(vpath)
         cap = self.limits.edit_max_bytes
-        with self._open_file(vpath) as (f, st):
+        with self._fs.open_file(vpath) as (f, st):
             if st.st_size > cap:
                 raise FileTooLarge(
                     f"{vpath} is {st.st_size} bytes; edit() handles files up to {cap}", vpath
@@ -552,8 +402,8 @@ class LocalWorkspace:
                 vpath,
             )
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-        with self._open_dir(segments[:-1], vpath, create=False) as dir_fd:
-            self._replace_atomically(
+        with self._fs.open_dir(segments[:-1], vpath, create=False) as dir_fd:
+            write_atomically(
                 dir_fd, segments[-1], updated.encode("utf-8"), vpath, overwrite=True
             )
             new_st = os.stat(segments[-1], dir_fd=dir_fd, follow_symlinks=False)
@@ -616,7 +466,7 @@ class LocalWorkspace:
         self, dir_fd: int, name: str, vpath: str, needle: str, ignore_case: bool, budget: int
     ) -> list[GrepMatch]:
         try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+            fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
         except OSError:
             return []  # vanished or swapped for a symlink since listing: not searchable
         with os.fdopen(fd, "rb") as f:
@@ -664,11 +514,11 @@ class LocalWorkspace:
         if must_exist:
             self._stat(vpath)  # walks every segment without following symlinks
         elif segments:
-            with self._open_dir(segments[:-1], vpath, create=True) as dir_fd:
-                st = _lstat_at(dir_fd, segments[-1])
+            with self._fs.open_dir(segments[:-1], vpath, create=True) as dir_fd:
+                st = lstat_at(dir_fd, segments[-1])
             if st is not None and stat_mod.S_ISLNK(st.st_mode):
                 raise PathNotAllowed(f"symbolic links are not allowed: {vpath}", vpath)
-        return self._root.resolve().joinpath(*segments)
+        return self._fs.root.resolve().joinpath(*segments)
 
 
 _SAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")

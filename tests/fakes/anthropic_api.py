@@ -1,3 +1,4 @@
+# Over 600 lines: one fake Messages API (streaming, errors, scripts), kept whole so the protocol reads in one place.
 """A fake Anthropic Messages API for driving the real ``anthropic`` SDK in tests.
 
 Script replies, then point the SDK at the fake::

@@ -1,18 +1,23 @@
+# Over 600 lines: one fake Open Platform server (HTTP API, events and the long-connection
+# protocol), kept whole so the wire protocol it speaks reads in one place.
 """FakeFeishu: a fake Feishu Open API (and long-connection server) on 127.0.0.1.
 
-It runs in its own thread with its own event loop: lark-oapi's calls block (the tenant token
-fetch too), so a fake served from the test's loop would never get to answer.
+It runs in its own thread with its own event loop: lark-oapi's calls block, so a fake served from
+the test's loop would never get to answer.
 
 Covers: tenant_access_token/internal, bot/v3/info, im/v1 messages (create, reply — deduplicated
-by uuid like Feishu), reactions, images, files, message resources, CardKit cards (create, update,
-settings, element content with strictly increasing sequences), the ws endpoint and a websocket
-speaking lark's protobuf frames (ping/pong, event delivery, acks). Records everything; `fail()`
-injects error codes.
+by uuid like Feishu — and card updates), reactions, images, files, message resources, CardKit
+cards (create, update, settings, element content with strictly increasing sequences), the ws
+endpoint and a websocket
+speaking Feishu's protobuf frames (ping/pong, events and card callbacks — split over frames if
+asked — and acks, with a callback's response).
+Records everything; `fail()` injects error codes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import threading
@@ -23,6 +28,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
+
+from .feishu_cards import CODE_CARD_INVALID, card_problem
 
 CONTROL, DATA = 0, 1
 SERVICE_ID = 7
@@ -51,6 +58,12 @@ class SentMessage:
     uuid: str | None
     reply_to: str | None = None
     reply_in_thread: bool = False
+    updates: list[dict[str, Any]] = field(default_factory=list)  # card replacements (PATCH)
+
+    @property
+    def shown(self) -> dict[str, Any]:
+        """The content as it shows now (the last card update, else as posted)."""
+        return self.updates[-1] if self.updates else self.content
 
 
 @dataclass
@@ -85,7 +98,7 @@ class FakeFeishu:
         bot_open_id: str = "ou_bot",
         ping_interval_s: int = 1,
     ) -> None:
-        # A unique app id per fake: lark-oapi caches tenant tokens process-wide by app id.
+        # A unique app id per fake, so that nothing keyed by app id carries over between tests.
         self.app_id = f"cli_{uuid.uuid4().hex[:12]}"
         self.app_secret = app_secret
         self.bot_open_id = bot_open_id
@@ -206,16 +219,28 @@ class FakeFeishu:
         with self._lock:
             return [c for c in self.calls if c.route == route]
 
-    def ws_push_event(self, payload: dict[str, Any]) -> str:
-        """Deliver an event over the current websocket; returns the frame's message_id."""
+    def ws_push_event(self, payload: dict[str, Any], *, parts: int = 1) -> str:
+        """Deliver an event over the current websocket, its payload split over `parts` frames
+        (sum/seq headers, as Feishu splits large payloads); returns the frame's message_id."""
         frame_id = uuid.uuid4().hex
-        frame = _frame(
-            DATA,
-            {"type": "event", "message_id": frame_id, "trace_id": frame_id, "sum": "1", "seq": "0"},
-            json.dumps(payload).encode(),
-        )
-        self._run(self._ws_send(frame.SerializeToString()))
+        data = json.dumps(payload).encode()
+        size = -(-len(data) // parts)
+        for seq in range(parts):
+            frame = _frame(
+                DATA,
+                {"type": "event", "message_id": frame_id, "trace_id": frame_id, "sum": str(parts), "seq": str(seq)},
+                data[seq * size : (seq + 1) * size],
+            )
+            self._run(self._ws_send(frame.SerializeToString()))
         return frame_id
+
+    def ws_callback_answer(self, frame_id: str) -> dict[str, Any]:
+        """The callback response the app sent back in its ack of `frame_id` (a card action's
+        toast), decoded from the ack's base64 `data`; {} if it sent none."""
+        with self._lock:
+            [ack] = [a for a in self.ws_acks if a["message_id"] == frame_id]
+        data = ack["response"].get("data")
+        return json.loads(base64.b64decode(data)) if data else {}
 
     def ws_drop(self) -> None:
         """Close the current websocket from the server side."""
@@ -257,6 +282,7 @@ class FakeFeishu:
         )
         r.add_get("/open-apis/im/v1/messages/{message_id}/resources/{file_key}", self._resource)
         r.add_get("/open-apis/im/v1/messages/{message_id}", self._get_message)
+        r.add_patch("/open-apis/im/v1/messages/{message_id}", self._patch_message)
         r.add_post("/open-apis/im/v1/images", self._upload_image)
         r.add_post("/open-apis/im/v1/files", self._upload_file)
         r.add_post("/open-apis/cardkit/v1/cards", self._create_card)
@@ -363,6 +389,9 @@ class FakeFeishu:
         is_card_ref = body["msg_type"] == "interactive" and parsed.get("type") == "card"
         if is_card_ref and parsed["data"]["card_id"] not in self.cards:
             return web.json_response({"code": 230099, "msg": "card not found"})
+        if body["msg_type"] == "interactive" and not is_card_ref:
+            if problem := card_problem(parsed):
+                return _card_invalid(problem)
         uuid_ = body.get("uuid")
         with self._lock:
             if uuid_ and uuid_ in self._by_uuid:
@@ -393,6 +422,25 @@ class FakeFeishu:
                 },
             }
         )
+
+    async def _patch_message(self, request: web.Request) -> web.Response:
+        """Update a card message the bot sent: shared cards only (JSON 2.0 cards always are)."""
+        body, error = await self._begin(request, "message.patch")
+        if error:
+            return error
+        message_id = request.match_info["message_id"]
+        with self._lock:
+            sent = next((m for m in self.messages if m.message_id == message_id), None)
+        if sent is None or sent.msg_type != "interactive":
+            return web.json_response({"code": 230001, "msg": "message not found or not a card"}, status=400)
+        card = json.loads(body["content"])
+        if problem := card_problem(card):
+            return _card_invalid(problem)
+        if not card.get("config", {}).get("update_multi"):
+            return _card_invalid("a JSON 2.0 card must be shared (config.update_multi)")
+        with self._lock:
+            sent.updates.append(card)
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
 
     async def _add_reaction(self, request: web.Request) -> web.Response:
         body, error = await self._begin(request, "reaction.create")
@@ -482,6 +530,8 @@ class FakeFeishu:
         if error:
             return error
         card = json.loads(body["data"])
+        if problem := card_problem(card):
+            return _card_invalid(problem)
         card_id = str(7_000_000_000 + next(self._ids))
         with self._lock:
             self.cards[card_id] = FakeCard(
@@ -506,6 +556,8 @@ class FakeFeishu:
         body, error = await self._begin(request, "card.update")
         if error:
             return error
+        if problem := card_problem(json.loads(body["card"]["data"])):
+            return _card_invalid(problem)
         with self._lock:
             card, error = self._sequenced(request.match_info["card_id"], body["sequence"])
             if error:
@@ -596,6 +648,12 @@ class FakeFeishu:
                         }
                     )
         return ws
+
+
+def _card_invalid(problem: str) -> web.Response:
+    return web.json_response(
+        {"code": CODE_CARD_INVALID, "msg": f"Failed to create card content, ErrMsg: {problem}"}
+    )
 
 
 async def _form(request: web.Request) -> dict[str, bytes]:

@@ -1,5 +1,5 @@
-"""Builders for Feishu event callbacks: v2 message events, url_verification, encryption and
-signature headers."""
+"""Builders for Feishu event callbacks: v2 message events, card action callbacks,
+url_verification, encryption and signature headers."""
 
 from __future__ import annotations
 
@@ -115,17 +115,66 @@ def url_verification(challenge: str, token: str = VERIFICATION_TOKEN) -> dict[st
     return {"challenge": challenge, "token": token, "type": "url_verification"}
 
 
-def card_action(token: str = VERIFICATION_TOKEN) -> dict[str, Any]:
+def card_action(
+    value: dict[str, Any] | None = None,
+    *,
+    open_id: str = USER_OPEN_ID,
+    message_id: str = "om_card",
+    chat_id: str = "oc_group",
+    tag: str = "button",
+    event_id: str | None = None,
+    token: str = VERIFICATION_TOKEN,
+) -> dict[str, Any]:
+    """A schema 2.0 card.action.trigger callback: `open_id` clicked a component whose callback
+    value is `value`, on the card message `message_id`."""
     return {
         "schema": "2.0",
         "header": {
-            "event_id": uuid.uuid4().hex,
-            "event_type": "card.action.trigger",
+            "event_id": event_id or uuid.uuid4().hex,
             "token": token,
+            "create_time": str(int(time.time() * 1_000_000)),
+            "event_type": "card.action.trigger",
             "tenant_key": TENANT_KEY,
+            "app_id": "cli_test",
         },
-        "event": {"operator": {"open_id": USER_OPEN_ID}, "action": {"tag": "button", "value": {}}},
+        "event": {
+            "operator": {
+                "tenant_key": TENANT_KEY,
+                "user_id": f"u_{open_id}",
+                "open_id": open_id,
+                "union_id": f"on_{open_id}",
+            },
+            "token": f"c-{uuid.uuid4().hex}",  # for a delayed card update; the bot does not use it
+            "action": {"value": value or {}, "tag": tag},
+            "host": "im_message",
+            "context": {"open_message_id": message_id, "open_chat_id": chat_id},
+        },
     }
+
+
+def card_click(
+    card: dict[str, Any], element_id: str, open_id: str, *, message_id: str, chat_id: str
+) -> dict[str, Any]:
+    """The callback of `open_id` clicking the button `element_id` of `card` (card JSON 2.0, as
+    the bot sent it): the button's callback behaviour's value comes back, as Feishu sends it."""
+    button = _find_element(card.get("body", {}).get("elements", []), element_id)
+    if button is None or button.get("tag") != "button":
+        raise AssertionError(f"the card has no button {element_id!r}")
+    [value] = [b["value"] for b in button.get("behaviors", []) if b.get("type") == "callback"]
+    return card_action(value, open_id=open_id, message_id=message_id, chat_id=chat_id)
+
+
+def _find_element(elements: Any, element_id: str) -> dict[str, Any] | None:
+    for element in elements if isinstance(elements, list) else []:
+        if not isinstance(element, dict):
+            continue
+        if element.get("element_id") == element_id:
+            return element
+        for nested in ("elements", "columns"):
+            found = _find_element(element.get(nested), element_id)
+            if found is not None:
+                return found
+    return None
 
 
 def encrypt(payload: dict[str, Any], encrypt_key: str = ENCRYPT_KEY) -> str:

@@ -1,3 +1,5 @@
+# Over 600 lines: one fake Web API, Events API and Socket Mode server, kept whole so the wire
+# protocol it speaks reads in one place.
 """A fake Slack Web API for driving the real ``slack_sdk`` / ``slack_bolt`` in tests.
 
 ::
@@ -19,7 +21,11 @@ Socket Mode: ``apps.connections.open`` (app-level ``xapp-`` token) hands out a o
 
     envelope_id = await fake.socket_send_event(app_mention(...))
     await fake.wait_for_ack(envelope_id)
+    await fake.socket_send_interaction(block_actions(...))   # a button click
     await fake.socket_drop()        # or fake.socket_go_silent()
+
+Streamed replies (``chat.startStream`` / ``appendStream`` / ``stopStream``) are kept by
+``fake.streams`` (``tests.fakes.slack_streams``), which can also refuse them.
 """
 
 from __future__ import annotations
@@ -33,13 +39,15 @@ import time
 import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 from aiohttp import WSMsgType, web
 
 from . import FakeServer
+from .slack_blocks import InvalidBlocks, check_blocks
+from .slack_streams import FakeStreams, StreamError
 
 __all__ = ["FakeSlack", "SlackCall", "SlackUpload", "SocketAck"]
 
@@ -58,7 +66,7 @@ _MESSAGE_FIELDS = (
     "reply_broadcast",
 )
 # Fields Slack takes as JSON strings when they arrive form- or query-encoded.
-_JSON_FIELDS = ("blocks", "attachments", "metadata", "files")
+_JSON_FIELDS = ("blocks", "attachments", "metadata", "files", "chunks")
 # Methods that take the app-level token (xapp-) rather than the bot token.
 _APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
 
@@ -80,11 +88,13 @@ class _SlackError(Exception):
 
 @dataclass(frozen=True)
 class SlackCall:
-    """One Web API call: method name, merged parameters (query + body), lower-cased headers."""
+    """One Web API call: method name, merged parameters (query + body), lower-cased headers,
+    and when it arrived (``time.monotonic()``)."""
 
     method: str
     params: dict[str, Any]
     headers: dict[str, str]
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -124,6 +134,13 @@ class _Failure:
     status: int
     retry_after: int | None
     remaining: int
+
+
+def _check_blocks(blocks: Any) -> None:
+    try:
+        check_blocks(blocks)
+    except InvalidBlocks as exc:
+        raise _SlackError("invalid_blocks", str(exc)) from None
 
 
 def _as_bool(value: Any) -> bool:
@@ -166,6 +183,7 @@ class FakeSlack(FakeServer):
         self.team_domain = team_domain
         self.calls: list[SlackCall] = []
         self.messages: list[dict[str, Any]] = []
+        self.ephemerals: list[dict[str, Any]] = []  # chat.postEphemeral: seen by one user only
         self.users: dict[str, dict[str, Any]] = {}
         self.channels: dict[str, dict[str, Any]] = {}
         self.files: dict[str, dict[str, Any]] = {}
@@ -186,12 +204,18 @@ class FakeSlack(FakeServer):
         self._upload_urls: dict[str, tuple[str, str]] = {}  # upload id -> (file id, filename)
         self._uploaded: dict[str, str] = {}  # file id -> filename, awaiting completeUploadExternal
         self._redirected_files: set[str] = set()
+        # chat.startStream / appendStream / stopStream (`fake.streams.refuse()` turns them off)
+        self.streams = FakeStreams(self._bot_message, self._find_message, bot_id)
         self._methods: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "auth.test": self._auth_test,
             "chat.postMessage": self._chat_post_message,
             "chat.update": self._chat_update,
+            "chat.postEphemeral": self._chat_post_ephemeral,
             "chat.delete": self._chat_delete,
             "chat.getPermalink": self._chat_get_permalink,
+            "chat.startStream": self._streaming(self.streams.start),
+            "chat.appendStream": self._streaming(self.streams.append),
+            "chat.stopStream": self._streaming(self.streams.stop),
             "reactions.add": self._reactions_add,
             "reactions.remove": self._reactions_remove,
             "assistant.threads.setStatus": self._assistant_set_status,
@@ -218,7 +242,8 @@ class FakeSlack(FakeServer):
     def add_user(
         self, user_id: str, real_name: str, *, name: str | None = None, **fields: Any
     ) -> dict[str, Any]:
-        """Register a user for ``users.info``; ``fields`` override the defaults (e.g. ``tz``)."""
+        """Register a user for ``users.info``; ``fields`` override the defaults (e.g. ``tz``,
+        ``locale``: "zh-CN")."""
         name = name or real_name.lower().replace(" ", ".")
         user = {
             "id": user_id,
@@ -229,6 +254,7 @@ class FakeSlack(FakeServer):
             "is_bot": False,
             "tz": "UTC",
             "tz_offset": 0,
+            "locale": "en-US",
             "profile": {"real_name": real_name, "display_name": name, "team": self.team_id},
             **fields,
         }
@@ -336,23 +362,40 @@ class FakeSlack(FakeServer):
         event; silent connections are skipped. A redelivery passes ``retry_attempt >= 1``
         (``retry_reason`` then defaults to ``"timeout"``) and may reuse ``envelope_id``.
         """
-        await self._wait_until(
-            lambda: self._live_socket() is not None, timeout, "a live socket mode connection"
-        )
-        socket = self._live_socket()
-        assert socket is not None
-        envelope_id = envelope_id or str(uuid.uuid4())
-        await socket.ws.send_json(
+        return await self._socket_send(
             {
-                "envelope_id": envelope_id,
+                "envelope_id": envelope_id or str(uuid.uuid4()),
                 "payload": payload,
                 "type": "events_api",
                 "accepts_response_payload": False,
                 "retry_attempt": retry_attempt,
                 "retry_reason": retry_reason or ("timeout" if retry_attempt else ""),
-            }
+            },
+            timeout,
         )
-        return envelope_id
+
+    async def socket_send_interaction(self, payload: dict[str, Any], *, timeout: float = 5) -> str:
+        """Deliver an ``interactive`` envelope (``payload``: e.g. ``slack_events.block_actions``,
+        a button click) on the newest live websocket, as Slack does in Socket Mode; return its
+        envelope id."""
+        return await self._socket_send(
+            {
+                "envelope_id": str(uuid.uuid4()),
+                "payload": payload,
+                "type": "interactive",
+                "accepts_response_payload": True,
+            },
+            timeout,
+        )
+
+    async def _socket_send(self, envelope: dict[str, Any], timeout: float) -> str:
+        await self._wait_until(
+            lambda: self._live_socket() is not None, timeout, "a live socket mode connection"
+        )
+        socket = self._live_socket()
+        assert socket is not None
+        await socket.ws.send_json(envelope)
+        return str(envelope["envelope_id"])
 
     async def socket_drop(self, *, abort: bool = False) -> None:
         """End every open websocket: with a close frame, or (``abort=True``) by cutting the TCP
@@ -581,6 +624,18 @@ class FakeSlack(FakeServer):
     def _ok(params: dict[str, Any]) -> dict[str, Any]:
         return {}
 
+    @staticmethod
+    def _streaming(
+        method: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        def handle(params: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return method(params)
+            except StreamError as exc:
+                raise _SlackError(exc.error, exc.detail) from None
+
+        return handle
+
     def _apps_connections_open(self, params: dict[str, Any]) -> dict[str, Any]:
         ticket = str(uuid.uuid4())
         self._socket_tickets.add(ticket)
@@ -601,6 +656,7 @@ class FakeSlack(FakeServer):
         self._require(params, "channel")
         if not any(params.get(key) for key in ("text", "blocks", "attachments", "markdown_text")):
             raise _SlackError("no_text")
+        _check_blocks(params.get("blocks"))
         fields = {key: params[key] for key in _MESSAGE_FIELDS if key in params}
         if "mrkdwn" in fields:
             fields["mrkdwn"] = _as_bool(fields["mrkdwn"])
@@ -617,11 +673,24 @@ class FakeSlack(FakeServer):
             "message": self._public(message),
         }
 
+    def _chat_post_ephemeral(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "channel", "user")
+        if not any(params.get(key) for key in ("text", "blocks", "attachments")):
+            raise _SlackError("no_text")
+        self.ephemerals.append({key: params[key] for key in ("channel", "user", "text", "thread_ts") if key in params})
+        return {"message_ts": self._new_ts()}
+
     def _chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require(params, "channel", "ts")
         message = self._find_message(params["channel"], params["ts"])
         if message.get("bot_id") != self.bot_id:
             raise _SlackError("cant_update_message")
+        _check_blocks(params.get("blocks"))
+        # New content replaces the old: markdown_text is rendered into the message's blocks.
+        if "markdown_text" in params:
+            message.pop("blocks", None)
+        elif "blocks" in params or "text" in params:
+            message.pop("markdown_text", None)
         message.update({key: params[key] for key in _MESSAGE_FIELDS if key in params})
         if "text" not in params and "markdown_text" in params:
             message["text"] = params["markdown_text"]
@@ -775,7 +844,10 @@ class FakeSlack(FakeServer):
         self._require(params, "user")
         if params["user"] not in self.users:
             raise _SlackError("user_not_found")
-        return {"user": self.users[params["user"]]}
+        user = dict(self.users[params["user"]])
+        if str(params.get("include_locale", "")).lower() not in ("1", "true"):
+            user.pop("locale", None)  # as Slack: the locale only when asked for
+        return {"user": user}
 
     # ----------------------------------------------------------------- files
 

@@ -21,8 +21,18 @@ import string
 import time
 import uuid
 from typing import Any, Literal
+from urllib.parse import urlencode
 
-__all__ = ["app_mention", "encode", "message", "sign", "signed_request", "url_verification"]
+__all__ = [
+    "app_mention",
+    "block_actions",
+    "encode",
+    "message",
+    "sign",
+    "signed_interaction",
+    "signed_request",
+    "url_verification",
+]
 
 ChannelType = Literal["im", "channel", "group", "mpim"]
 
@@ -211,3 +221,71 @@ def message(
     return _envelope(
         event, team=team, event_id=event_id, bot_user_id=bot_user_id, api_app_id=api_app_id
     )
+
+
+def block_actions(
+    message: dict[str, Any],
+    action_id: str,
+    user: str,
+    *,
+    team: str = "T1",
+    api_app_id: str = "A1",
+    action_ts: str | None = None,
+) -> dict[str, Any]:
+    """The ``block_actions`` interactive payload of ``user`` clicking the button ``action_id``
+    in ``message`` (a bot message as ``FakeSlack.posted`` returns it, with its blocks).
+
+    Slack posts it to the request URL form-encoded (``payload=<json>``): send it with
+    :func:`signed_interaction`."""
+    button = next(
+        element
+        for block in message.get("blocks", [])
+        if block.get("type") == "actions"
+        for element in block.get("elements", [])
+        if element.get("action_id") == action_id
+    )
+    block_id = next(b.get("block_id") for b in message["blocks"] if button in b.get("elements", []))
+    ts = action_ts or f"{time.time():.6f}"
+    container = {
+        "type": "message",
+        "message_ts": message["ts"],
+        "channel_id": message["channel"],
+        "is_ephemeral": False,
+        **({"thread_ts": message["thread_ts"]} if message.get("thread_ts") else {}),
+    }
+    return {
+        "type": "block_actions",
+        "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": team},
+        "api_app_id": api_app_id,
+        "token": VERIFICATION_TOKEN,
+        "container": container,
+        "trigger_id": f"{secrets.randbelow(10**10)}.{secrets.randbelow(10**10)}.{uuid.uuid4().hex}",
+        "team": {"id": team, "domain": "fake"},
+        "enterprise": None,
+        "is_enterprise_install": False,
+        "channel": {"id": message["channel"], "name": "channel"},
+        "message": {k: message[k] for k in ("type", "ts", "text", "blocks", "thread_ts") if k in message},
+        "response_url": f"https://hooks.slack.com/actions/{team}/{secrets.randbelow(10**12)}/{uuid.uuid4().hex}",
+        "actions": [
+            {
+                "action_id": action_id,
+                "block_id": block_id,
+                "text": button["text"],
+                "value": button.get("value"),
+                "style": button.get("style"),
+                "type": "button",
+                "action_ts": ts,
+            }
+        ],
+        "state": {"values": {}},
+    }
+
+
+def signed_interaction(
+    payload: dict[str, Any], signing_secret: str, timestamp: int | None = None
+) -> tuple[bytes, dict[str, str]]:
+    """``(body, headers)`` of an interactive payload as Slack posts it: form-encoded."""
+    body = urlencode({"payload": json.dumps(payload, separators=(",", ":"))}).encode()
+    headers = sign(body, signing_secret, timestamp)
+    headers["Content-Type"] = "application/x-www-form-urlencoded"
+    return body, headers

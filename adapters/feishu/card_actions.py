@@ -1,0 +1,184 @@
+"""Card action callbacks (`card.action.trigger`, schema 2.0): a click on an approval card's
+Approve / Reject button or a monitor alert's Acknowledge / Mute 7 days button, read from the
+verified payload, acted on, and answered in the callback response.
+
+Feishu shows the response's toast to the clicker only: that is where a non-approver learns the
+request is not theirs, and a late clicker that someone else acted on the alert first. An
+approval card is updated by the responder once the decision is made; an alert card is updated
+here, once the click is recorded, as Slack's adapter does after its acknowledgement.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from adapters.approval_clicks import ClickAnswer, accept_click
+from adapters.base import AcceptMessage, ActOnAlert, LookupApproval
+from adapters.feishu.events import CARD_ACTION, PLATFORM, Ignored, MalformedEvent
+from agent_core.i18n import Language, t
+from agent_core.monitors.model import AlertStatus, AlertView, MonitorAction
+
+log = logging.getLogger(__name__)
+
+# Shows an alert as it now reads in place of its posted card (`FeishuResponder.update_alert`).
+ShowAlert = Callable[[AlertView], Awaitable[None]]
+
+
+class _Operator(BaseModel):
+    open_id: str
+
+
+class _ApprovalValue(BaseModel):
+    approval_id: str
+    choice: Literal["approve", "reject"]
+
+
+class _AlertValue(BaseModel):
+    alert_id: str
+    monitor_action: MonitorAction
+
+
+class _Action(BaseModel):
+    tag: str | None = None
+    value: dict[str, Any] | None = None
+
+
+class _Header(BaseModel):
+    event_id: str
+
+
+class _CardActionEvent(BaseModel):
+    operator: _Operator
+    action: _Action
+
+
+class ApprovalCardClick(BaseModel):
+    """Who clicked which choice on which approval (``event_id``: the callback's, unique per click)."""
+
+    event_id: str
+    user: str  # the clicker's open_id
+    approval_id: str
+    choice: Literal["approve", "reject"]
+
+
+class AlertCardClick(BaseModel):
+    """Who clicked which button on which monitor alert."""
+
+    event_id: str
+    user: str  # the clicker's open_id
+    alert_id: str
+    action: MonitorAction
+
+
+def is_card_action(payload: dict[str, Any]) -> bool:
+    header = payload.get("header")
+    return isinstance(header, dict) and header.get("event_type") == CARD_ACTION
+
+
+def parse_card_action(payload: dict[str, Any]) -> ApprovalCardClick | AlertCardClick | Ignored:
+    """The approval or alert click a card action callback carries; Ignored for other card
+    actions. Raises MalformedEvent on a callback Feishu does not send."""
+    try:
+        header = _Header.model_validate(payload.get("header"))
+        event = _CardActionEvent.model_validate(payload.get("event"))
+    except ValidationError as exc:
+        raise MalformedEvent(f"bad {CARD_ACTION} callback: {exc.error_count()} errors") from None
+    value = event.action.value or {}
+    user = event.operator.open_id
+    try:
+        approval = _ApprovalValue.model_validate(value)
+    except ValidationError:
+        pass
+    else:
+        return ApprovalCardClick(event_id=header.event_id, user=user, approval_id=approval.approval_id, choice=approval.choice)
+    try:
+        alert = _AlertValue.model_validate(value)
+    except ValidationError:
+        return Ignored("a card action that is neither an approval choice nor an alert button")
+    return AlertCardClick(event_id=header.event_id, user=user, alert_id=alert.alert_id, action=alert.monitor_action)
+
+
+@dataclass(frozen=True)
+class CardActions:
+    """Acts on card clicks for both transports: approval choices go to the inbox (through the
+    rules every platform shares), alert buttons to the gateway's monitor click handler."""
+
+    accept: AcceptMessage
+    approvals: LookupApproval | None = None  # None: approval clicks are answered as unknown
+    monitor_actions: ActOnAlert | None = None  # None: alert clicks are answered as unknown
+    show_alert: ShowAlert | None = None
+
+    async def answer(self, payload: dict[str, Any], transport: str) -> dict[str, Any]:
+        """Act on the click ``payload`` carries; the callback response (a toast, or nothing
+        for a card action the bot does not handle). Raises MalformedEvent."""
+        click = parse_card_action(payload)
+        if isinstance(click, Ignored):
+            log.debug("feishu %s: card action ignored: %s", transport, click.reason)
+            return {}
+        if isinstance(click, AlertCardClick):
+            return await self._alert_click(click, transport)
+        answer = await accept_click(
+            self.approvals,
+            self.accept,
+            platform=PLATFORM,
+            approval_id=click.approval_id,
+            choice=click.choice,
+            user=click.user,
+            user_name=None,
+            event_id=f"card:{click.event_id}",
+        )
+        log.info(
+            "feishu %s: approval click on %s %s",
+            transport,
+            click.approval_id,
+            "accepted" if answer.accepted else "refused",
+        )
+        return approval_reply(answer, click.choice)
+
+    async def _alert_click(self, click: AlertCardClick, transport: str) -> dict[str, Any]:
+        """Record the click before Feishu gets its answer, then show who acted on the card."""
+        alert = None
+        if self.monitor_actions is not None:
+            alert = await self.monitor_actions(click.alert_id, click.action, click.user)
+        log.info("feishu %s: alert click on %s: %s", transport, click.alert_id, "recorded" if alert else "unknown alert")
+        if alert is None or alert.platform != PLATFORM:
+            return _toast("warning", t(Language.EN, "This alert is no longer known."))
+        if self.show_alert is not None:
+            await self.show_alert(alert)
+        return alert_reply(alert, click.user)
+
+
+def approval_reply(answer: ClickAnswer, choice: str) -> dict[str, Any]:
+    """The toast answering an approval click."""
+    if answer.accepted:
+        done = (
+            t(answer.language, "Approved: the query runs now.")
+            if choice == "approve"
+            else t(answer.language, "Rejected: the query will not run.")
+        )
+        return _toast("success", done)
+    return _toast("warning", answer.note or t(answer.language, "Nothing changed."))
+
+
+def alert_reply(alert: AlertView, user: str) -> dict[str, Any]:
+    """The toast answering ``user``'s click on ``alert`` (as the click left it): what their
+    click did, or that someone else acted first."""
+    language = alert.language
+    until = f"{alert.muted_until:%Y-%m-%d %H:%M}" if alert.muted_until is not None else ""
+    muted = alert.status is AlertStatus.MUTED
+    if alert.acted_by == user:
+        if muted:
+            return _toast("success", t(language, "Muted: no alerts from this monitor until {until} UTC.", until=until))
+        return _toast("success", t(language, "Acknowledged."))
+    if muted:
+        return _toast("warning", t(language, "Already done: someone else muted this monitor until {until} UTC.", until=until))
+    return _toast("warning", t(language, "Already done: someone else acknowledged this alert."))
+
+
+def _toast(kind: Literal["success", "warning"], content: str) -> dict[str, Any]:
+    return {"toast": {"type": kind, "content": content}}

@@ -1,0 +1,118 @@
+"""Reading a PostgreSQL source's catalog: three catalog queries for any number of tables.
+
+Only what the source's role can read is listed (``USAGE`` on the schema, ``SELECT`` on the
+table). Row counts come from ``pg_class.reltuples`` for tables over
+:data:`~agent_core.catalog.profiling.EXACT_COUNT_MAX_BYTES` and are counted for smaller ones;
+low-cardinality values come from ``pg_stats`` (most-common values of analyzed tables), or are
+read from small tables that were never analyzed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_core.catalog.models import CatalogColumn, CatalogTable
+from agent_core.catalog.profiling import (
+    EXACT_COUNT_MAX_BYTES,
+    SAMPLE_MAX_ROWS,
+    Profiler,
+    low_cardinality_values,
+    quote_double,
+)
+from agent_core.data.source_config import DataSourceConfig
+
+_TABLES_SQL = """
+SELECT c.oid, n.nspname, c.relname, c.relkind, obj_description(c.oid, 'pg_class'),
+       CASE WHEN c.relkind = 'p' THEN (
+           SELECT sum(greatest(p.reltuples, 0)) FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhrelid
+           WHERE i.inhparent = c.oid) ELSE c.reltuples END,
+       CASE WHEN c.relkind = 'p' THEN (
+           SELECT sum(pg_relation_size(i.inhrelid)) FROM pg_inherits i WHERE i.inhparent = c.oid)
+           ELSE pg_relation_size(c.oid) END
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND NOT c.relispartition
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%%'
+  AND has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT')
+ORDER BY n.nspname, c.relname
+"""
+_COLUMNS_SQL = """
+SELECT a.attrelid, a.attname, format_type(a.atttypid, a.atttypmod),
+       col_description(a.attrelid, a.attnum), t.typcategory IN ('S', 'E')
+FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+WHERE a.attrelid = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attrelid, a.attnum
+"""
+# pg_stats shows only columns the role may read. The anyarray of most-common values becomes
+# text[] through its text form.
+_STATS_SQL = """
+SELECT schemaname, tablename, attname, n_distinct, most_common_vals::text::text[]
+FROM pg_stats WHERE schemaname = ANY(%s)
+"""
+
+
+def read_postgres_catalog(cfg: DataSourceConfig, timeout_s: float) -> list[CatalogTable]:
+    from agent_core.data.sources import _postgres_connection  # the source's read-only session
+
+    with _postgres_connection(cfg, timeout_s) as conn:
+        conn.autocommit = True  # a failed profiling statement must not end the others' transaction
+        relations = conn.execute(_TABLES_SQL).fetchall()
+        oids = [row[0] for row in relations]
+        columns: dict[int, list[tuple[str, str, str | None, bool]]] = {}
+        for oid, name, type_name, comment, is_text in conn.execute(_COLUMNS_SQL, [oids]):
+            columns.setdefault(oid, []).append((name, type_name, comment, is_text))
+        schemas = sorted({row[1] for row in relations})
+        stats: dict[tuple[str, str], dict[str, tuple[float | None, list[Any] | None]]] = {}
+        for schema, table, column, n_distinct, common in conn.execute(_STATS_SQL, [schemas]):
+            stats.setdefault((schema, table), {})[column] = (n_distinct, common)
+
+        def fetch(sql: str) -> list[tuple[Any, ...]]:
+            return conn.execute(sql).fetchall()
+
+        profiler = Profiler(fetch, quote_double)
+        return [
+            _table(cfg.name, row, columns.get(row[0], []), stats.get((row[1], row[2])), profiler)
+            for row in relations
+        ]
+
+
+def _table(
+    source: str,
+    relation: tuple[Any, ...],
+    columns: list[tuple[str, str, str | None, bool]],
+    stats: dict[str, tuple[float | None, list[Any] | None]] | None,
+    profiler: Profiler,
+) -> CatalogTable:
+    _oid, schema, name, relkind, comment, reltuples, size = relation
+    row_count: int | None = None
+    estimated = False
+    if relkind in ("r", "p", "m"):
+        if size is not None and size > EXACT_COUNT_MAX_BYTES and reltuples is not None and reltuples >= 0:
+            row_count, estimated = int(reltuples), True
+        else:
+            row_count = profiler.count(schema, name)
+    samples: dict[str, list[str]] = {}
+    if stats:
+        rows = float(reltuples) if reltuples is not None and reltuples > 0 else float(row_count or 0)
+        for column, (n_distinct, common) in stats.items():
+            distinct = n_distinct if n_distinct is None or n_distinct >= 0 else -n_distinct * rows
+            samples[column] = low_cardinality_values(common, distinct)
+    elif row_count is not None and 0 < row_count <= SAMPLE_MAX_ROWS:
+        samples = profiler.distinct_values(schema, name, [c[0] for c in columns if c[3]])
+    return CatalogTable(
+        source=source,
+        schema_name=schema,
+        name=name,
+        kind="view" if relkind == "v" else "table",
+        comment=comment,
+        row_count=row_count,
+        row_count_estimated=estimated,
+        columns=[
+            CatalogColumn(
+                name=column,
+                type=type_name,
+                comment=column_comment,
+                sample_values=samples.get(column, []) if is_text else [],
+            )
+            for column, type_name, column_comment, is_text in columns
+        ],
+    )

@@ -1,0 +1,212 @@
+"""PostgreSQL's side of the inbox: group-committed accepts and NOTIFY wakeups across replicas.
+
+Accepting is the acknowledgement's critical path. Concurrent accepts are committed together:
+whatever arrives while a batch is on its way to the server goes into the next one, as a
+single multi-row INSERT … ON CONFLICT DO NOTHING (a prepared statement taking one array per
+column, so every batch size shares it) in autocommit: one round trip and one commit for the
+whole batch. A lone event is sent at once, so a quiet service adds no batching delay.
+
+The same statement notifies `CHANNEL` when it stores anything, inside its transaction, so
+the notification is delivered exactly when the rows are visible. Workers on every replica
+LISTEN on a connection of their own and claim work at once instead of waiting for their poll;
+if that connection drops they go on polling until it is back.
+
+The accept path writes only new rows of `inbound_events`; workers update existing rows and
+the `thread_leases` table, so the two never wait for each other's row locks. Only two
+deliveries of the same event (or message) in flight at once meet on a unique index, and the
+second one is the duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from agent_core.store.tables import ThreadRow
+from gateway.tables import EventStatus, InboundEventRow
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg_pool import AsyncConnectionPool
+    from sqlalchemy.engine import URL
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "ba_inbox"
+LISTENER_NAME = "ba-agent-inbox-listener"  # its connection's application_name, with the pid
+
+
+def listener_name(pid: int | None = None) -> str:
+    """How a process's listening connection shows in pg_stat_activity."""
+    return f"{LISTENER_NAME} {os.getpid() if pid is None else pid}"
+
+
+# The per-event columns, as arrays; the rest is the same for every new event.
+_ARRAYS = (("platform", "text"), ("event_id", "text"), ("dedupe_key", "text"), ("thread_key", "text"),
+           ("payload", "text"), ("created_at", "timestamptz"))
+_NAMES = ", ".join(name for name, _ in _ARRAYS)
+# Arrays go in binary (%b): the text format escapes every quote of every payload. ORDER BY n:
+# rows are inserted in arrival order, so of two deliveries of one message in the same batch the
+# first is stored and the second is the duplicate. The notification's payload is the schema, so
+# services sharing a database in different schemas do not wake each other; identical
+# notifications of one transaction are delivered once.
+_ACCEPT_SQL = (
+    f"WITH accepted AS (INSERT INTO {InboundEventRow.__tablename__} "
+    f"({_NAMES}, status, attempts, available_at, updated_at) "
+    f"SELECT {_NAMES}, '{EventStatus.PENDING.value}', 0, created_at, created_at "
+    f"FROM unnest({', '.join(f'%({name})b::{kind}[]' for name, kind in _ARRAYS)}) "
+    f"WITH ORDINALITY AS batch({_NAMES}, n) ORDER BY n "
+    "ON CONFLICT DO NOTHING RETURNING event_id) "
+    f"SELECT event_id, pg_notify('{CHANNEL}', current_schema()) FROM accepted"
+)
+# As ThreadStore.is_live asks it (the partial unique index on live keys answers it).
+LIVE_THREAD_SQL = f"SELECT 1 FROM {ThreadRow.__tablename__} WHERE key = %s AND archived_at IS NULL LIMIT 1"
+
+
+def conninfo_of(url: URL) -> str:
+    """libpq connection string for an SQLAlchemy URL, its query (`options`, `sslmode`, …) kept.
+
+    Not the URL rendered back to text: that encodes a space as "+", which libpq reads as is,
+    so `options=-csearch_path=x -csynchronous_commit=off` would set neither."""
+    from psycopg.conninfo import make_conninfo
+
+    params = {k: v if isinstance(v, str) else v[-1] for k, v in url.query.items()}
+    return make_conninfo(
+        "", host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database, **params
+    )
+
+
+class PostgresInboxWriter:
+    """Commits accepted events in groups: one round trip and one commit per batch.
+
+    `BATCHES_IN_FLIGHT` batches go to the server at once, each on a connection of a small pool
+    that is opened at start-up and kept (no connection bursts under load); the pool has
+    `LOOKUPS_IN_FLIGHT` more for the acknowledgement's other question, whether the bot is part
+    of a thread. A caller is answered only once its row is committed, and learns whether it was
+    a duplicate. A caller that stops waiting (the platform's client gave up) does not take its
+    row out: it is committed all the same, so the platform's retry is a duplicate, not a second
+    answer.
+    """
+
+    BATCHES_IN_FLIGHT = 2
+    LOOKUPS_IN_FLIGHT = 2
+    MAX_BATCH = 500
+
+    def __init__(self, conninfo: str) -> None:
+        from psycopg_pool import AsyncConnectionPool
+
+        self._pool: AsyncConnectionPool = AsyncConnectionPool(
+            conninfo,
+            min_size=self.BATCHES_IN_FLIGHT + self.LOOKUPS_IN_FLIGHT,
+            max_size=self.BATCHES_IN_FLIGHT + self.LOOKUPS_IN_FLIGHT,
+            open=False,
+            kwargs={"autocommit": True, "prepare_threshold": 0},
+            name="inbox-accept",
+        )
+        self._queue: list[tuple[dict[str, object], asyncio.Future[bool]]] = []
+        self._queued = asyncio.Event()
+        self._flushers: list[asyncio.Task[None]] = []
+        self._opening = asyncio.Lock()
+        self._closing = False
+
+    async def open(self) -> None:
+        """Connect the pool and start the flushers (at start-up, so no acknowledgement waits)."""
+        async with self._opening:
+            if not self._flushers:
+                await self._pool.open(wait=True, timeout=10)
+                self._flushers = [
+                    asyncio.create_task(self._flush_forever(), name=f"inbox-flush-{n}")
+                    for n in range(self.BATCHES_IN_FLIGHT)
+                ]
+
+    async def insert(self, row: dict[str, object]) -> bool:
+        """Insert `row` (committed on return); False when its event or message is already stored."""
+        if not self._flushers:
+            await self.open()
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.append((row, done))
+        self._queued.set()
+        return await done
+
+    async def thread_is_live(self, thread_key: str) -> bool:
+        """Whether a live conversation exists for the thread: one prepared query, one round trip."""
+        if not self._flushers:
+            await self.open()
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(LIVE_THREAD_SQL, (thread_key,), prepare=True)
+            return await cursor.fetchone() is not None
+
+    async def close(self) -> None:
+        """Commit what is queued (its callers may have stopped waiting), then close the pool."""
+        self._closing = True
+        self._queued.set()
+        await asyncio.gather(*self._flushers, return_exceptions=True)
+        self._flushers = []
+        await self._pool.close()
+
+    async def _flush_forever(self) -> None:
+        while True:
+            while not self._queue:
+                if self._closing:
+                    return
+                self._queued.clear()
+                await self._queued.wait()
+            batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH :]
+            try:
+                stored = await self._insert([row for row, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - every caller of the batch gets it
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            for row, done in batch:
+                # Two deliveries of one event in a batch: the first one is the stored one.
+                event_id = str(row["event_id"])
+                inserted = event_id in stored
+                stored.discard(event_id)
+                if not done.done():
+                    done.set_result(inserted)
+
+    async def _insert(self, rows: list[dict[str, object]]) -> set[str]:
+        """The batch in one statement; returns the event ids it stored."""
+        columns: dict[str, list[object]] = {name: [row[name] for row in rows] for name, _ in _ARRAYS}
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(_ACCEPT_SQL, columns, prepare=True)
+            return {event_id for event_id, _ in await cursor.fetchall()}
+
+
+async def listen_for_work(conninfo: str, wakeup: asyncio.Event, retry_s: float = 5.0) -> None:
+    """Set `wakeup` whenever any process commits new events to this inbox, until cancelled.
+
+    Also sets it each time listening (re)starts, for what was committed while it was not. A
+    lost connection is reported and reopened after `retry_s`; meanwhile the dispatcher's poll
+    finds the work.
+    """
+    import psycopg
+
+    while True:
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                conninfo, autocommit=True, application_name=listener_name()
+            )
+            async with conn:
+                await _listen(conn, wakeup)
+        except psycopg.Error as exc:
+            log.warning("inbox listener lost its connection (%s); polling until it is back", type(exc).__name__)
+        await asyncio.sleep(retry_s)
+
+
+async def _listen(conn: AsyncConnection[Any], wakeup: asyncio.Event) -> None:
+    cursor = await conn.execute("SELECT current_schema()")
+    schema = (await cursor.fetchone() or ("",))[0]
+    await conn.execute(f"LISTEN {CHANNEL}")
+    wakeup.set()
+    while True:
+        # A quiet minute ends in a round trip: a connection that died without a word (a
+        # network partition) fails it, instead of leaving us waiting for nothing forever.
+        async for note in conn.notifies(timeout=60):
+            if note.payload == schema:
+                wakeup.set()
+        await conn.execute("SELECT 1")

@@ -1,0 +1,127 @@
+"""The accept path: group-committed accepts and the live-thread question (both databases), and
+NOTIFY wakeups across replicas (PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+
+from adapters.base import AcceptOutcome
+from agent_core.messages import InboundMessage, ThreadKey
+from agent_core.store.db import session_factory
+from agent_core.store.threads import ThreadStore
+from gateway.inbox import Inbox
+from gateway.inbox_postgres import listener_name
+
+only_postgres = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+
+
+def delivery(event_id: str, ts: str, channel: str = "C1") -> InboundMessage:
+    return InboundMessage(
+        platform="slack",
+        event_id=event_id,
+        message_id=ts,
+        workspace="T1",
+        channel=channel,
+        thread=ThreadKey(platform="slack", workspace="T1", channel=channel, root=ts),
+        reply_in_thread=ts,
+        user="U1",
+        text="how are sales?",
+    )
+
+
+async def test_concurrent_deliveries_of_one_message_store_it_once(inbox: Inbox) -> None:
+    # Slack sends a mention as `app_mention` and `message`, and retries what it thinks was
+    # lost: all of them at once, as under load, must come down to one stored event each.
+    deliveries = []
+    for i in range(40):
+        ts = f"1700000{i:03d}.000100"
+        deliveries += [delivery(f"EvA{i}", ts), delivery(f"EvM{i}", ts), delivery(f"EvA{i}", ts)]
+    outcomes = await asyncio.gather(*(inbox.accept(d) for d in deliveries))
+    for i in range(40):
+        assert sorted(outcomes[3 * i : 3 * i + 3]) == sorted(
+            [AcceptOutcome.ACCEPTED, AcceptOutcome.DUPLICATE, AcceptOutcome.DUPLICATE]
+        )
+    assert await inbox.open_events() == 40
+
+
+async def test_a_delivery_whose_caller_gave_up_is_still_stored_once(engine) -> None:  # noqa: ANN001
+    inbox = Inbox(engine)
+    await inbox.open()
+    accepting = asyncio.create_task(inbox.accept(delivery("Ev1", "1700000001.000100")))
+    await asyncio.sleep(0)  # the delivery is on its way to the database ...
+    accepting.cancel()  # ... when the platform's client stops waiting for the acknowledgement
+    with contextlib.suppress(asyncio.CancelledError):
+        await accepting
+    await inbox.close()
+
+    restarted = Inbox(engine)
+    try:
+        assert await restarted.accept(delivery("Ev1", "1700000001.000100")) is AcceptOutcome.DUPLICATE
+        assert await restarted.open_events() == 1
+    finally:
+        await restarted.close()
+
+
+async def test_the_accept_path_knows_the_threads_the_bot_is_part_of(inbox: Inbox, engine) -> None:  # noqa: ANN001
+    store = ThreadStore(session_factory(engine))
+    live = ThreadKey(platform="slack", workspace="T1", channel="C1", root="1700000001.000100")
+    reset = ThreadKey(platform="slack", workspace="T1", channel="D1", root="main")
+    unknown = ThreadKey(platform="slack", workspace="T1", channel="C1", root="1700000009.000100")
+    await store.open(live)
+    await store.open(reset)
+    await store.reset(reset)  # "new conversation": follow-ups there need a mention again
+    assert [await inbox.thread_is_live(key) for key in (live, reset, unknown)] == [True, False, False]
+    assert [await store.is_live(key) for key in (live, reset, unknown)] == [True, False, False]
+
+
+@pytest.fixture
+async def replicas(engine) -> AsyncIterator[tuple[Inbox, Inbox]]:  # noqa: ANN001
+    """Two inboxes on one database, as two replicas of the service would have."""
+    first, second = Inbox(engine), Inbox(engine)
+    yield first, second
+    await first.close()
+    await second.close()
+
+
+async def next_wakeup(inbox: Inbox) -> None:
+    async with asyncio.timeout(30):  # a hang guard, not a speed requirement
+        await inbox.wakeup.wait()
+    inbox.wakeup.clear()
+
+
+@only_postgres
+async def test_an_accept_on_one_replica_wakes_the_workers_of_another(replicas) -> None:  # noqa: ANN001
+    accepting, answering = replicas
+    listener = asyncio.create_task(answering.listen_for_work())
+    try:
+        await next_wakeup(answering)  # listening: it looks once for what it may have missed
+        assert await accepting.accept(delivery("Ev1", "1700000001.000100")) is AcceptOutcome.ACCEPTED
+        await next_wakeup(answering)
+        assert await answering.threads_with_work() == ["slack:T1:C1:1700000001.000100"]
+    finally:
+        listener.cancel()
+
+
+@only_postgres
+async def test_the_listener_comes_back_after_its_connection_is_killed(replicas, database_url: str) -> None:
+    accepting, answering = replicas
+    listener = asyncio.create_task(answering.listen_for_work(retry_s=0.05))
+    try:
+        await next_wakeup(answering)
+        with psycopg.connect(database_url.split("?")[0], autocommit=True) as admin:
+            pids = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (listener_name(),)
+            ).fetchall()
+            assert len(pids) == 1
+            admin.execute("SELECT pg_terminate_backend(%s)", pids[0])
+        await next_wakeup(answering)  # listening again, and looking for what it missed
+        await accepting.accept(delivery("Ev2", "1700000002.000100"))
+        await next_wakeup(answering)
+        assert await answering.threads_with_work() == ["slack:T1:C1:1700000002.000100"]
+    finally:
+        listener.cancel()
