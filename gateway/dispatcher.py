@@ -242,7 +242,7 @@ class Dispatcher:
                 )
             )
         thread_id = await self._store.open(msg.thread, dm_owner=msg.user if msg.is_dm else None)
-        await self._withdraw_approvals(thread_id, responder)
+        await self._withdraw_approvals(thread_id, msg, responder)
         deps = self._run_deps(msg, thread_id)
         notes = await ingest_attachments(responder, msg, deps, self._upload_limits) if msg.attachments else []
         agent = self._agent
@@ -322,11 +322,14 @@ class Dispatcher:
         result = await self._traced(origin, thread_id, responder, delivery_id, turn)
         return await self._reply_or_ask(result, origin, thread_id, responder)
 
-    async def _withdraw_approvals(self, thread_id: str, responder: Responder) -> None:
-        """A new message in a thread supersedes the approvals it still waits for."""
+    async def _withdraw_approvals(self, thread_id: str, msg: InboundMessage, responder: Responder) -> None:
+        """A new message in a thread supersedes the approvals it still waits for. The message
+        that asked for one does not: answering it again (after a crash) finds its own pause."""
         if self._approvals is None:
             return
         for pending in await self._approvals.pending_in(thread_id):
+            if pending.origin.dedupe_key == msg.dedupe_key:
+                continue
             settled = await self._approvals.settle(pending.id, ApprovalStatus.WITHDRAWN, None)
             if settled is not None and settled.status is ApprovalStatus.WITHDRAWN:
                 with contextlib.suppress(Exception):

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -85,3 +86,33 @@ async def test_a_chinese_question_finds_its_table_among_500_and_is_answered(ware
     search_result = _tool_result(anthropic.requests[1].body) or ""
     assert "inv_warehouse_stock_snapshot" in search_result and "库存周转天数" in search_result
     assert len(search_result) < 8000  # three tables, not the warehouse
+
+
+async def _table_count_after_start_up(settings_kwargs: dict, tmp_path: Path, expect: int) -> int:
+    """The catalog's table count once the start-up refresh had time to give ``expect``."""
+    async with FakeAnthropic() as anthropic, FakeSlack(bot_token="xoxb-test", bot_user_id="UBOT", team_id="T1") as slack:
+        settings = gateway_settings(f"sqlite:///{tmp_path / 'gw.db'}", tmp_path, anthropic, slack, **settings_kwargs)
+        async with running_gateway(settings) as gw:
+            await _catalog_states(gw.runtime.sessions)
+            for _ in range(50):
+                [state] = await CatalogStore(gw.runtime.sessions).states()
+                if state.table_count == expect:
+                    break
+                await asyncio.sleep(0.1)
+            return state.table_count
+
+
+async def test_ba_catalog_refresh_hours_decides_when_a_source_is_read_again(tmp_path: Path) -> None:
+    archive = tmp_path / "archive.duckdb"
+    with duckdb.connect(str(archive)) as conn:
+        conn.execute("CREATE TABLE orders AS SELECT 1 AS id")
+    sources = json.dumps({"archive": {"url": f"duckdb:///{archive}", "allowed_channels": ["C1"]}})
+    assert await _table_count_after_start_up({"BA_DATASOURCES": sources}, tmp_path, expect=1) == 1
+    with duckdb.connect(str(archive)) as conn:
+        conn.execute("CREATE TABLE refunds AS SELECT 1 AS id")
+    # Read within the last 24 hours: a restart does not read it again…
+    assert await _table_count_after_start_up({"BA_DATASOURCES": sources}, tmp_path, expect=2) == 1
+    # …while with a period shorter than its age it does, and finds the new table.
+    await asyncio.sleep(0.2)
+    fresh = {"BA_DATASOURCES": sources, "BA_CATALOG_REFRESH_HOURS": 0.00005}
+    assert await _table_count_after_start_up(fresh, tmp_path, expect=2) == 2

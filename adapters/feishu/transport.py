@@ -132,7 +132,13 @@ class TenantToken:
 
 
 class ChatPacer:
-    """At most `rate` sends per second to one chat (a sliding window), in call order."""
+    """At most `rate` sends per second to one chat (a sliding window), in call order.
+
+    Not aiolimiter: its leaky bucket lets a full bucket's burst through and then one send every
+    1/`rate` s, so `rate` + 1 sends land within one second (six in 0.2 s at 5/s), which a
+    per-chat limit counted over any second refuses. A window of send times per chat is what
+    keeps every second within the limit.
+    """
 
     _MAX_IDLE_KEYS = 1024
 
