@@ -163,3 +163,31 @@ async def test_an_expired_approval_gives_the_model_the_expiry(settings_extra: di
             await gw.settled(timeout=30)
             assert len(answers(slack)) == 1
             assert "already decided" in slack.ephemerals[-1]["text"]
+
+
+async def test_a_newer_message_withdraws_the_request_and_a_later_click_runs_nothing(
+    settings_extra: dict, tmp_path: Path
+) -> None:
+    def model(request: dict) -> Reply:
+        last = request["messages"][-1]["content"]
+        said = " ".join(b.get("text", "") for b in last if isinstance(b, dict)) if isinstance(last, list) else last
+        return Reply([text("Fine, no query then.")]) if "never mind" in said else analyst(request)
+
+    async with FakeAnthropic() as anthropic, FakeSlack(bot_token="xoxb-test", bot_user_id="UBOT", team_id="T1") as slack:
+        anthropic.respond_with(model)
+        settings = gateway_settings(f"sqlite:///{tmp_path / 'gw.db'}", tmp_path, anthropic, slack, **settings_extra)
+        async with running_gateway(settings) as gw:
+            await ask(gw)
+            waiting = copy.deepcopy(approval_post(slack))
+            follow_up = app_mention(
+                "<@UBOT> never mind", ASKER, CHANNEL, ts="1700000101.000100", thread_ts="1700000100.000100"
+            )
+            await gw.post_event(follow_up)
+            await gw.settled(timeout=30)
+            withdrawn = approval_post(slack)
+            assert buttons(withdrawn) == [] and "Withdrawn" in json.dumps(withdrawn["blocks"])
+            # A click on the buttons as they were shown before runs nothing.
+            assert await click(gw, slack, APPROVE_ACTION, ASKER, on=waiting) == 200
+            await gw.settled(timeout=30)
+            await asyncio.sleep(0.3)
+            assert answers(slack) == ["Fine, no query then."]

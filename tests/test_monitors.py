@@ -142,7 +142,7 @@ async def test_a_monitor_made_in_chat_is_listed_and_only_its_creator_deletes_it(
         (CreateMonitorInput(name="electronics", metric="gmv", cron="0 9 * * *", timezone="UTC"), "exists already"),
         (CreateMonitorInput(name="x", metric="gmv", dimensions=["province"], cron="0 9 * * *", timezone="UTC"), "province"),
         (CreateMonitorInput(name="x", metric="gmw", cron="0 9 * * *", timezone="UTC"), "Unknown metric"),
-        (CreateMonitorInput(name="x", metric="gmv", cron="*/5 * * * *", timezone="UTC"), "once an hour"),
+        (CreateMonitorInput(name="x", metric="gmv", cron="*/5 * * * *", timezone="UTC"), "monitors may run at most every 1 h"),
     ]
     for args, reason in refusals:
         with pytest.raises(ToolError) as caught:

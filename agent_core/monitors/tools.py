@@ -28,8 +28,8 @@ from agent_core.monitors.model import (
 )
 from agent_core.run_context import RunContext
 from agent_core.tools.base import ErrorType, Tool, ToolError
-from agent_core.tools.schedule_model import next_fire_times, parse_schedule, shortest_gap
-from agent_core.tools.schedule_tools import ConversationOrigin
+from agent_core.tools.schedule_model import next_fire_times, parse_schedule
+from agent_core.tools.schedule_tools import ConversationOrigin, checked_schedule
 
 OnChange = Callable[[], Awaitable[None]]
 # A Slack channel reference as the model may copy it from a message: <#C0123|sales-ops>.
@@ -116,15 +116,8 @@ class CreateMonitorTool(Tool[CreateMonitorInput]):
 
     async def run(self, args: CreateMonitorInput, ctx: RunContext) -> MonitorInfo:
         origin = ConversationOrigin.of(ctx)
-        cron = " ".join(args.cron.split())
-        try:
-            trigger = parse_schedule(cron, args.timezone)
-        except ValueError as exc:
-            raise ToolError(str(exc), ErrorType.INVALID_PARAMETERS) from None
         now = self._clock()
-        gap = shortest_gap(trigger, now)
-        if gap is not None and gap < self._min_interval:
-            raise ToolError(f"{cron!r} runs more often than once an hour; monitors may not.", ErrorType.INVALID_PARAMETERS)
+        cron, _ = checked_schedule(args.cron, args.timezone, now, self._min_interval, "monitors")
         channel = _channel_id(args.channel) if args.channel else origin.channel
         mine = [m for m in await self._store.in_workspace(origin.platform, origin.workspace) if m.creator == origin.user]
         if len(mine) >= self._max_per_user:

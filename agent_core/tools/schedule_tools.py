@@ -185,22 +185,8 @@ class ScheduleReportTool(Tool[ScheduleReportInput]):
 
     async def run(self, args: ScheduleReportInput, ctx: RunContext) -> ScheduleInfo:
         origin = ConversationOrigin.of(ctx)
-        cron = " ".join(args.cron.split())
-        try:
-            trigger = parse_schedule(cron, args.timezone)
-        except ValueError as exc:
-            raise ToolError(str(exc), ErrorType.INVALID_PARAMETERS) from None
         now = self._clock()
-        gap = shortest_gap(trigger, now)
-        upcoming = next_fire_times(trigger, now, 1)
-        if not upcoming:
-            raise ToolError(f"{cron!r} never runs again.", ErrorType.INVALID_PARAMETERS)
-        if gap is not None and gap < self._min_interval:
-            raise ToolError(
-                f"{cron!r} runs every {_human(gap)}; reports may run at most every "
-                f"{_human(self._min_interval)}.",
-                ErrorType.INVALID_PARAMETERS,
-            )
+        cron, next_run_at = checked_schedule(args.cron, args.timezone, now, self._min_interval, "reports")
         channel, thread_root, is_dm = _target(origin, args.deliver_to, self._dm_address)
         count = await self._store.count_enabled(origin.platform, origin.workspace, origin.user)
         if count >= self._max_per_user:
@@ -221,7 +207,7 @@ class ScheduleReportTool(Tool[ScheduleReportInput]):
                 cron=cron,
                 tz=args.timezone,
                 prompt=args.prompt.strip(),
-                next_run_at=upcoming[0],
+                next_run_at=next_run_at,
                 created_at=now,
             )
         )
@@ -251,6 +237,29 @@ def _target(origin: ConversationOrigin, deliver_to: DeliverTo, dm_address: DmAdd
             ErrorType.INVALID_PARAMETERS,
         )
     return dm, None, True
+
+
+def checked_schedule(
+    cron_text: str, timezone: str, now: datetime, min_interval: timedelta, kind: str
+) -> tuple[str, datetime]:
+    """A cron expression a user may schedule, normalized, with its next fire time: it parses in
+    `timezone`, fires again, and no more often than `min_interval` (a ToolError saying what is
+    wrong otherwise). `kind` names what is being scheduled in that message ("reports")."""
+    cron = " ".join(cron_text.split())
+    try:
+        trigger = parse_schedule(cron, timezone)
+    except ValueError as exc:
+        raise ToolError(str(exc), ErrorType.INVALID_PARAMETERS) from None
+    upcoming = next_fire_times(trigger, now, 1)
+    if not upcoming:
+        raise ToolError(f"{cron!r} never runs again.", ErrorType.INVALID_PARAMETERS)
+    gap = shortest_gap(trigger, now)
+    if gap is not None and gap < min_interval:
+        raise ToolError(
+            f"{cron!r} runs every {_human(gap)}; {kind} may run at most every {_human(min_interval)}.",
+            ErrorType.INVALID_PARAMETERS,
+        )
+    return cron, upcoming[0]
 
 
 def _human(gap: timedelta) -> str:
