@@ -6,19 +6,18 @@ Slack, the warehouse read through a read-only role."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
-import pymysql
 import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention
 from tests.harness import gateway_settings, running_gateway
-from tests.test_sources import PG_URL, _ensure_server, _start_postgres_command
+from tests.readonly_warehouse import mariadb_readonly, postgres_readonly
 
 BIG_ROWS, SMALL_ROWS, LIMIT = 20_000, 5, 1_000
 CHANNEL = "C1"
@@ -32,51 +31,31 @@ def _rows(count: int) -> list[tuple[int, str, int]]:
 @pytest.fixture(scope="module")
 def pg_warehouse() -> Iterator[str]:
     """`big_orders` and `small_orders`, analyzed, readable by a read-only role; yields its URL."""
-    _ensure_server(5432, _start_postgres_command())
-    suffix = uuid.uuid4().hex[:8]
-    schema, role = f"est_{suffix}", f"ba_ro_{suffix}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
+
+    def fill(conn: psycopg.Connection, schema: str) -> None:
         for table, count in (("big_orders", BIG_ROWS), ("small_orders", SMALL_ROWS)):
             conn.execute(f"CREATE TABLE {schema}.{table} (id int PRIMARY KEY, region text, amount int)")
             with conn.cursor() as cur:
                 cur.executemany(f"INSERT INTO {schema}.{table} VALUES (%s, %s, %s)", _rows(count))
             conn.execute(f"ANALYZE {schema}.{table}")  # the planner's statistics, as a live table has
-        conn.execute(f"CREATE ROLE {role} LOGIN")
-        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
-        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
-        conn.execute(f"ALTER ROLE {role} SET search_path = {schema}")
-    try:
-        yield f"postgresql://{role}@127.0.0.1:5432/test"
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-            conn.execute(f"DROP ROLE {role}")
+
+    with postgres_readonly("est", fill) as (url, _):
+        yield url
 
 
 @pytest.fixture(scope="module")
 def mysql_warehouse() -> Iterator[str]:
     """The same tables in a MariaDB database, with a SELECT-only user; yields its URL."""
-    _ensure_server(3306, ["start-stop-daemon", "--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"])
-    suffix = uuid.uuid4().hex[:8]
-    database, user = f"est_{suffix}", f"ba_ro_{suffix}"
-    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", autocommit=True)
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {database}")
+
+    def fill(cur: Any, database: str) -> None:
         for table, count in (("big_orders", BIG_ROWS), ("small_orders", SMALL_ROWS)):
             cur.execute(f"CREATE TABLE {database}.{table} (id INT PRIMARY KEY, region VARCHAR(20), amount INT)")
             cur.executemany(f"INSERT INTO {database}.{table} VALUES (%s, %s, %s)", _rows(count))
             cur.execute(f"ANALYZE TABLE {database}.{table}")
             cur.fetchall()
-        cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'ro-pass'")
-        cur.execute(f"GRANT SELECT ON {database}.* TO '{user}'@'%'")
-    try:
-        yield f"mysql://{user}:ro-pass@127.0.0.1:3306/{database}"
-    finally:
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE {database}")
-            cur.execute(f"DROP USER '{user}'@'%'")
-        conn.close()
+
+    with mariadb_readonly("est", fill) as (url, _):
+        yield url
 
 
 def analyst(request: dict) -> Reply:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Iterator
 from datetime import date
 from decimal import Decimal
@@ -16,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pymysql
 import pytest
 
 from agent_core.config import AgentConfig
@@ -27,8 +25,8 @@ from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention
 from tests.harness import gateway_settings, running_gateway
+from tests.readonly_warehouse import mariadb_readonly, postgres_readonly
 from tests.test_semantic import CUSTOMERS, ORDERS, WAREHOUSE_YAML, build_duckdb, write_warehouse_yaml
-from tests.test_sources import PG_URL, _ensure_server, _start_postgres_command
 
 ORDERS_DDL = (
     "CREATE TABLE {t}.orders (id INT PRIMARY KEY, ordered_at DATE, region VARCHAR(20), channel VARCHAR(20), "
@@ -41,49 +39,31 @@ EAST_GMV = sum(o[4] for o in ORDERS if o[2] == "East")
 @pytest.fixture(scope="module")
 def pg_warehouse() -> Iterator[tuple[str, str]]:
     """Schema `mx_…` with orders and customers, and a role that may only read it: (URL, schema)."""
-    _ensure_server(5432, _start_postgres_command())
-    suffix = uuid.uuid4().hex[:8]
-    schema, role = f"mx_{suffix}", f"ba_mx_{suffix}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
+
+    def fill(conn: psycopg.Connection, schema: str) -> None:
         conn.execute(ORDERS_DDL.format(t=schema))
         conn.execute(CUSTOMERS_DDL.format(t=schema))
         with conn.cursor() as cur:
             cur.executemany(f"INSERT INTO {schema}.orders VALUES (%s, %s, %s, %s, %s, %s)", ORDERS)
             cur.executemany(f"INSERT INTO {schema}.customers VALUES (%s, %s, %s)", CUSTOMERS)
-        conn.execute(f"CREATE ROLE {role} LOGIN")
-        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
-        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
-    try:
-        yield f"postgresql://{role}@127.0.0.1:5432/test", schema
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-            conn.execute(f"DROP ROLE {role}")
+
+    # No search_path: the semantic model names the schema (node_relation).
+    with postgres_readonly("mx", fill, search_path=False) as warehouse:
+        yield warehouse
 
 
 @pytest.fixture(scope="module")
 def mysql_warehouse() -> Iterator[tuple[str, str]]:
     """Database `mx_…` with orders and customers, and a user that may only SELECT: (URL, db)."""
-    _ensure_server(3306, ["start-stop-daemon", "--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"])
-    suffix = uuid.uuid4().hex[:8]
-    database, user = f"mx_{suffix}", f"ba_mx_{suffix}"
-    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", autocommit=True)
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {database}")
+
+    def fill(cur: Any, database: str) -> None:
         cur.execute(ORDERS_DDL.format(t=database))
         cur.execute(CUSTOMERS_DDL.format(t=database))
         cur.executemany(f"INSERT INTO {database}.orders VALUES (%s, %s, %s, %s, %s, %s)", ORDERS)
         cur.executemany(f"INSERT INTO {database}.customers VALUES (%s, %s, %s)", CUSTOMERS)
-        cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'ro-pass'")
-        cur.execute(f"GRANT SELECT ON {database}.* TO '{user}'@'%'")
-    try:
-        yield f"mysql://{user}:ro-pass@127.0.0.1:3306/{database}", database
-    finally:
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE {database}")
-            cur.execute(f"DROP USER '{user}'@'%'")
-        conn.close()
+
+    with mariadb_readonly("mx", fill) as warehouse:
+        yield warehouse
 
 
 def semantic_dir(root: Path, warehouse: tuple[str, str], kind: str) -> Path:

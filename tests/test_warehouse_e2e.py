@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
-import pymysql
 import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention
 from tests.harness import gateway_settings, running_gateway
-from tests.test_sources import PG_URL, _ensure_server, _start_postgres_command
+from tests.readonly_warehouse import mariadb_readonly, postgres_readonly
 
 # East has 3 orders of 100.50 each (301.50), West 2 of 40.25 (80.50).
 ORDERS = [(1, "East", 100.5), (2, "East", 100.5), (3, "East", 100.5), (4, "West", 40.25), (5, "West", 40.25)]
@@ -28,46 +27,26 @@ QUESTION_SQL = "SELECT region, SUM(gmv) AS gmv FROM wh_orders GROUP BY region OR
 @pytest.fixture(scope="module")
 def pg_warehouse() -> Iterator[str]:
     """A schema with `wh_orders` and a login role that may only read it; yields its URL."""
-    _ensure_server(5432, _start_postgres_command())
-    suffix = uuid.uuid4().hex[:8]
-    schema, role = f"wh_{suffix}", f"ba_ro_{suffix}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
+
+    def fill(conn: psycopg.Connection, schema: str) -> None:
         conn.execute(f"CREATE TABLE {schema}.wh_orders (id int PRIMARY KEY, region text, gmv numeric(12, 2))")
         with conn.cursor() as cur:
             cur.executemany(f"INSERT INTO {schema}.wh_orders VALUES (%s, %s, %s)", ORDERS)
-        conn.execute(f"CREATE ROLE {role} LOGIN")
-        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
-        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
-        conn.execute(f"ALTER ROLE {role} SET search_path = {schema}")
-    try:
-        yield f"postgresql://{role}@127.0.0.1:5432/test"
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-            conn.execute(f"DROP ROLE {role}")
+
+    with postgres_readonly("wh", fill) as (url, _):
+        yield url
 
 
 @pytest.fixture(scope="module")
 def mysql_warehouse() -> Iterator[str]:
     """A database with `wh_orders` and a user that may only SELECT from it; yields its URL."""
-    _ensure_server(3306, ["start-stop-daemon", "--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"])
-    suffix = uuid.uuid4().hex[:8]
-    database, user = f"wh_{suffix}", f"ba_ro_{suffix}"
-    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", autocommit=True)
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {database}")
+
+    def fill(cur: Any, database: str) -> None:
         cur.execute(f"CREATE TABLE {database}.wh_orders (id INT PRIMARY KEY, region VARCHAR(20), gmv DECIMAL(12, 2))")
         cur.executemany(f"INSERT INTO {database}.wh_orders VALUES (%s, %s, %s)", ORDERS)
-        cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'ro-pass'")
-        cur.execute(f"GRANT SELECT ON {database}.* TO '{user}'@'%'")
-    try:
-        yield f"mysql://{user}:ro-pass@127.0.0.1:3306/{database}"
-    finally:
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE {database}")
-            cur.execute(f"DROP USER '{user}'@'%'")
-        conn.close()
+
+    with mariadb_readonly("wh", fill) as (url, _):
+        yield url
 
 
 def warehouse_analyst(request: dict) -> Reply:
