@@ -12,15 +12,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from adapters.base import Platform
-from adapters.registry import PLATFORMS
 from agent_core.config import DEFAULT_MODEL, AgentConfig
 from agent_core.monitors.model import Monitor
+
+if TYPE_CHECKING:
+    from adapters.base import Platform
 
 __all__ = ["DEFAULT_MODEL", "ConfigError", "Settings", "load_settings"]
 
@@ -110,13 +111,19 @@ class Settings(AgentConfig):
         return missing
 
 
-def load_settings(*, platforms: Iterable[type[Platform[Any]]] = PLATFORMS, **overrides: Any) -> Settings:
+def load_settings(*, platforms: Iterable[type[Platform[Any]]] | None = None, **overrides: Any) -> Settings:
     """Read the gateway's settings and every platform's, turning validation errors into one
     message that names each variable.
 
-    `overrides` are keyed by environment variable name (``BA_PORT``, ``SLACK_MODE``) and win
-    over the environment; ``_env_file`` replaces the `.env` file (None: read none).
+    `platforms` defaults to every registered one (`adapters.registry`); a command that answers
+    no chat passes none. `overrides` are keyed by environment variable name (``BA_PORT``,
+    ``SLACK_MODE``) and win over the environment; ``_env_file`` replaces the `.env` file (None:
+    read none).
     """
+    if platforms is None:
+        from adapters.registry import PLATFORMS
+
+        platforms = PLATFORMS
     env_file = overrides.pop("_env_file", ".env")
     problems: list[str] = []
     loaded: list[Platform[Any]] = []

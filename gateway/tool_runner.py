@@ -12,8 +12,8 @@ import asyncio
 import gc
 import json
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -62,19 +62,36 @@ async def run_tool(
     async with service_audit(settings) as audit:
         tool = build_tool(settings, name, audit)
         assert tool is not None
-        gc.enable()  # loaded (see gateway.cli.main); the tool itself may build cyclic garbage
-        try:
-            args = tool.Input.model_validate(json.loads(raw_input))
-        except (json.JSONDecodeError, ValidationError) as exc:
-            print(f"ba-agent: invalid input for {name}: {exc}", file=sys.stderr)
-            return 2
-        try:
-            raw = await tool.run(args, ctx)
-        except ToolError as exc:
-            print(json.dumps({"error": {"type": exc.error_type.value, "message": str(exc)}}, ensure_ascii=False))
-            return 1
+        with collecting_new_garbage():
+            try:
+                args = tool.Input.model_validate(json.loads(raw_input))
+            except (json.JSONDecodeError, ValidationError) as exc:
+                print(f"ba-agent: invalid input for {name}: {exc}", file=sys.stderr)
+                return 2
+            try:
+                raw = await tool.run(args, ctx)
+            except ToolError as exc:
+                print(json.dumps({"error": {"type": exc.error_type.value, "message": str(exc)}}, ensure_ascii=False))
+                return 1
     print(json.dumps(_jsonable(raw), ensure_ascii=False, default=str, indent=2))
     return 0
+
+
+@contextmanager
+def collecting_new_garbage() -> Iterator[None]:
+    """The cyclic collector on for the tool's own garbage only (see `gateway.cli.main`).
+
+    What loading built lives until exit: frozen, collections skip it instead of scanning it
+    all on their first pass. It is thawed afterwards, so exit still releases it, as the DuckDB
+    extension expects of its objects.
+    """
+    gc.freeze()
+    gc.enable()
+    try:
+        yield
+    finally:
+        gc.disable()
+        gc.unfreeze()
 
 
 @asynccontextmanager

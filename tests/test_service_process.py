@@ -151,6 +151,42 @@ def test_tool_run_prints_the_raw_result_as_json(tmp_path: Path) -> None:
     assert refused.returncode == 1 and json.loads(refused.stdout)["error"]["type"] == "permission_denied"
 
 
+def test_tool_run_output_survives_its_quick_exit(tmp_path: Path) -> None:
+    """`tool run` leaves without the interpreter's teardown: what it printed still arrives
+    whole through a pipe (small or a thousand rows), with the exit code of the outcome."""
+    buffered = {k: v for k, v in clean_env(tmp_path).items() if k != "PYTHONUNBUFFERED"}  # as in a shell pipe
+
+    def tool_run(tool_input: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [BA_AGENT, "tool", "run", "sql_query", "--json", tool_input],
+            env=buffered, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    small = tool_run('{"sql": "SELECT count(*) AS n FROM demo.sales"}')
+    assert small.returncode == 0 and small.stdout.endswith("}\n"), small.stderr
+    assert json.loads(small.stdout)["rows"] == [[13800]]
+    large = tool_run(json.dumps({"sql": "SELECT * FROM demo.sales ORDER BY ALL", "max_rows": 1000}))
+    assert large.returncode == 0 and large.stdout.endswith("}\n"), large.stderr
+    assert json.loads(large.stdout)["row_count"] == 1000
+    refused = tool_run('{"sql": "DELETE FROM demo.sales"}')
+    assert refused.returncode == 1 and json.loads(refused.stdout)["error"]["type"] == "permission_denied"
+    bad_input = tool_run('{"sql": 1}')
+    assert bad_input.returncode == 2 and "invalid input for sql_query" in bad_input.stderr
+
+
+def test_tool_run_reads_no_chat_platform_settings(tmp_path: Path) -> None:
+    """A command that answers no chat does not stop on a chat platform's setting."""
+    env = {**clean_env(tmp_path), "SLACK_MODE": "carrier-pigeon"}
+    ran = subprocess.run(
+        [BA_AGENT, "tool", "run", "sql_query", "--json", '{"sql": "SELECT count(*) FROM demo.sales"}'],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["rows"] == [[13800]]
+    serve = subprocess.run([BA_AGENT, "serve", "--port", "1"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert serve.returncode == 2 and "SLACK_MODE" in serve.stderr
+
+
 def test_tool_runner_loads_no_platform_sdk_and_no_heavy_stack() -> None:
     """`tool run` starts fast: no platform SDK, no model client, no plotting or statistics stack
     until a tool that needs one runs."""

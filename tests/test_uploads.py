@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from contextlib import closing
 from datetime import date
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from agent_core.data.demo import DEMO_ANOMALIES, DEMO_VERSION, ensure_demo_database
 from agent_core.data.duckdb_engine import (
-    _query_connection,
+    _open_query_connection,
     describe_table,
     list_tables,
     run_duckdb_query,
@@ -382,13 +383,24 @@ def test_query_errors_are_typed(workspace: Path, demo_db: Path) -> None:
         run_duckdb_query(None, "SELECT nope FROM demo.sales", demo_db=demo_db)
 
 
+def test_a_refused_query_leaves_the_workspace_free(tmp_path: Path, workspace: Path, demo_db: Path) -> None:
+    """The connection opens while the guard reads the SQL; a refusal closes it, so the next
+    upload's read-write connection to the same file is not turned away."""
+    load_upload(workspace, _write(tmp_path, "a.csv", "x\n1\n"), "a.csv", UploadLimits())
+    for refused in ("DROP TABLE a", "SELECT * FROM a; DELETE FROM a", "SELECT (((((("):
+        with pytest.raises(UnsafeSQLError):  # parse errors included
+            run_duckdb_query(workspace, refused, demo_db=demo_db)
+    load_upload(workspace, _write(tmp_path, "b.csv", "y\n2\n"), "b.csv", UploadLimits())
+    assert run_duckdb_query(workspace, "SELECT x + y FROM a, b", demo_db=demo_db).rows == [[3]]
+
+
 def test_query_connection_blocks_external_access_and_writes(
     tmp_path: Path, workspace: Path, demo_db: Path
 ) -> None:
     """Below the guard: even raw SQL on the query connection cannot escape or write."""
     secret = _write(tmp_path, "secret.csv", "a\n1\n")
     load_upload(workspace, secret, "s.csv", UploadLimits())
-    with _query_connection(workspace, demo_db) as conn:
+    with closing(_open_query_connection(workspace, demo_db)) as conn:
         for sql in (
             f"SELECT * FROM read_csv('{secret}')",
             f"SELECT * FROM '{secret}'",

@@ -28,6 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -221,14 +222,17 @@ def run_duckdb_query(
     refused SQL, :class:`QueryTimeout` past ``timeout_s`` and :class:`QueryFailed` for errors
     reported by DuckDB (unknown column, type mismatch …).
     """
-    safe_sql = ensure_read_only(sql, "duckdb")
-    capped_sql = with_row_limit(safe_sql, row_cap + 1, "duckdb")
     # A conversation without uploads has no workspace file yet: query an in-memory database.
     workspace = Path(workspace_db) if workspace_db is not None else None
     if workspace is not None and not workspace.exists():
         workspace = None
     started = time.monotonic()
-    with workspace_lock(workspace), _query_connection(workspace, demo_db) as conn:
+    with workspace_lock(workspace), _query_connection(workspace, demo_db) as connecting:
+        # DuckDB builds its database instance without the GIL (~20 ms) while the guard reads
+        # the SQL; nothing runs on the connection before the guard has passed it.
+        safe_sql = ensure_read_only(sql, "duckdb")
+        capped_sql = with_row_limit(safe_sql, row_cap + 1, "duckdb")
+        conn = connecting.result()
         timer = threading.Timer(timeout_s, conn.interrupt)
         timer.start()
         try:
@@ -283,28 +287,34 @@ def _fetch_rows(
 
 
 @contextmanager
-def _query_connection(
-    workspace: Path | None, demo_db: Path | None
-) -> Iterator[duckdb.DuckDBPyConnection]:
+def _query_connection(workspace: Path | None, demo_db: Path | None) -> Iterator[Future[duckdb.DuckDBPyConnection]]:
+    """The query's connection, opened in a thread: its future (closed on leaving, whatever
+    happened meanwhile)."""
+    with ThreadPoolExecutor(max_workers=1) as opener:
+        connecting = opener.submit(_open_query_connection, workspace, demo_db)
+        try:
+            yield connecting
+        finally:
+            if connecting.exception() is None:
+                connecting.result().close()
+
+
+def _open_query_connection(workspace: Path | None, demo_db: Path | None) -> duckdb.DuckDBPyConnection:
     target = str(workspace) if workspace is not None else ":memory:"
     try:
         conn = duckdb.connect(target, read_only=workspace is not None, config=DUCKDB_BASE_CONFIG)
     except duckdb.Error as error:
         raise QueryFailed(f"The database could not be opened: {first_line(error)}") from error
     try:
-        try:
-            if demo_db is not None:
-                conn.execute(f"ATTACH {_sql_string(str(demo_db))} AS {DEMO_CATALOG} (READ_ONLY)")
-            # Order matters: attach first, then cut off the file system, then freeze settings.
-            conn.execute("SET enable_external_access = false")
-            conn.execute("SET lock_configuration = true")
-        except duckdb.Error as error:
-            raise QueryFailed(
-                f"The database could not be prepared: {first_line(error)}"
-            ) from error
-        yield conn
-    finally:
+        if demo_db is not None:
+            conn.execute(f"ATTACH {_sql_string(str(demo_db))} AS {DEMO_CATALOG} (READ_ONLY)")
+        # Order matters: attach first, then cut off the file system, then freeze settings.
+        conn.execute("SET enable_external_access = false")
+        conn.execute("SET lock_configuration = true")
+    except duckdb.Error as error:
         conn.close()
+        raise QueryFailed(f"The database could not be prepared: {first_line(error)}") from error
+    return conn
 
 
 @contextmanager
