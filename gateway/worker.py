@@ -16,7 +16,6 @@ import signal
 import sys
 
 from gateway.config import Settings
-from gateway.migrate import upgrade
 from gateway.platforms import build_platforms
 from gateway.runtime import Runtime
 from gateway.worker_pool import READY_LINE
@@ -26,7 +25,11 @@ log = logging.getLogger(__name__)
 
 async def run_worker(settings: Settings, supervised: bool) -> None:
     """Answer accepted events until told to stop."""
-    revision = await asyncio.to_thread(upgrade, settings.effective_database_url)
+    if not supervised:  # serve migrates the database before it starts its own workers
+        from gateway.migrate import upgrade  # Alembic: a third of a second to import
+
+        revision = await asyncio.to_thread(upgrade, settings.effective_database_url)
+        log.info("database at revision %s", revision)
     runtime = Runtime.build(settings)
     platforms = build_platforms(settings, runtime)
     stop = asyncio.Event()
@@ -40,8 +43,7 @@ async def run_worker(settings: Settings, supervised: bool) -> None:
         loop.add_signal_handler(signal.SIGINT, stop.set)
     runtime.start_answering()
     gc.freeze()  # as in serve: start-up objects live as long as the process
-    log.info("worker answering (database at revision %s; %s)", revision,
-             ", ".join(runtime.responders) or "no platform configured")
+    log.info("worker answering (%s)", ", ".join(runtime.responders) or "no platform configured")
     if supervised:
         sys.stdout.buffer.write(READY_LINE)
         sys.stdout.flush()
