@@ -22,7 +22,7 @@ test: bytecode
 	$(VENV)/bin/ruff check agent_core gateway adapters skills tests bench
 	$(VENV)/bin/mypy
 	./scripts/ensure-postgres.sh
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --numprocesses auto --maxprocesses 4
 
 bench: bytecode
 	./scripts/ensure-postgres.sh
