@@ -182,6 +182,10 @@ class AgentLoop:
         self.budget = budget
         self.gate = gate
 
+    async def aclose(self) -> None:
+        """Release the model client's connections (the loop is not used afterwards)."""
+        await self.model.aclose()
+
     async def run_turn(
         self,
         thread_id: str,

@@ -195,6 +195,10 @@ class ModelClient:
         self._stream_retries = stream_retries
         self._retry_delay_s = retry_delay_s
 
+    async def aclose(self) -> None:
+        """Close the SDK's HTTP connections; an unclosed client warns from a closed event loop."""
+        await self._client.close()
+
     async def complete(
         self,
         request: ModelRequest,

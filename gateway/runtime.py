@@ -168,6 +168,8 @@ class Runtime:
         await self.scheduler.stop()  # first: no new runs while the dispatcher winds down
         if self.dispatcher is not None:
             await self.dispatcher.stop()
+        if self.agent is not None:
+            await self.agent.aclose()
         if self._catalog_refresh is not None:
             self._catalog_refresh.cancel()
         if self._checkpointer is not None:

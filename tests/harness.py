@@ -22,6 +22,7 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import signed_request
+from tests.waiting import Deadline
 
 SIGNING_SECRET = "test-signing-secret"
 
@@ -91,7 +92,7 @@ class Gateway:
 
     async def settled(self, timeout: float = 15.0) -> None:
         """Wait until every accepted event is answered (or given up on)."""
-        deadline = asyncio.get_running_loop().time() + timeout
+        deadline = Deadline(timeout)
         while True:
             async with self.runtime.engine.connect() as conn:
                 open_events = (
@@ -103,8 +104,8 @@ class Gateway:
                 ).scalar_one()
             if open_events == 0:
                 return
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"{open_events} events still open after {timeout}s")
+            if deadline.passed():
+                raise TimeoutError(f"{open_events} events still open after {deadline.elapsed():.1f}s")
             await asyncio.sleep(0.05)
 
     async def stored_events(self) -> int:

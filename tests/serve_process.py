@@ -15,6 +15,7 @@ from typing import Any
 
 from tests.fakes.slack_events import signed_request
 from tests.harness import SIGNING_SECRET
+from tests.waiting import Deadline, scaled
 
 BA_AGENT = str(Path(sys.executable).parent / "ba-agent")
 
@@ -43,7 +44,8 @@ def start(env: dict[str, str], port: int, cwd: Path) -> subprocess.Popen:
 
 def wait_healthy(port: int, timeout: float = 20) -> float:
     started = time.monotonic()
-    while time.monotonic() - started < timeout:
+    deadline = Deadline(timeout)
+    while not deadline.passed():
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
                 if resp.status == 200:
@@ -57,7 +59,7 @@ def stop(proc: subprocess.Popen) -> str:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
     try:
-        out, _ = proc.communicate(timeout=10)
+        out, _ = proc.communicate(timeout=scaled(10))
     except subprocess.TimeoutExpired:
         proc.kill()
         out, _ = proc.communicate()
@@ -81,8 +83,8 @@ def get_json(port: int, path: str) -> tuple[int, Any]:
 
 def wait_workers_ready(port: int, timeout: float = 60) -> dict[str, int]:
     """Wait until /readyz reports every worker process answering; returns that report."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    deadline = Deadline(timeout)
+    while not deadline.passed():
         _, body = get_json(port, "/readyz")
         workers = body.get("workers")
         if workers and workers["ready"] == workers["configured"]:

@@ -31,6 +31,7 @@ async def agent_env(tmp_path: Path):
         agent = build_agent(config, store, sessions)
         thread_id = await store.open(ThreadKey(platform="test", workspace="W", channel="C", root="1"))
         yield agent, fake, thread_id, tmp_path
+        await agent.aclose()
     await engine.dispose()
 
 

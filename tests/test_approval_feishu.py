@@ -28,6 +28,7 @@ from tests.fakes.feishu_events import (
     text_event,
 )
 from tests.harness import Gateway, feishu_gateway_settings, running_gateway
+from tests.waiting import eventually
 
 POLICY = """\
 groups:
@@ -113,14 +114,6 @@ async def post_callback(gw: Gateway, payload: dict[str, Any]) -> tuple[int, dict
     body = encrypted_body(payload)
     async with gw.http.post(gw.server.make_url("/feishu/events"), data=body, headers=signed_headers(body)) as resp:
         return resp.status, await resp.json()
-
-
-async def eventually(predicate: Any, timeout: float = 15.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
 
 
 QUESTION = text_event("@_user_1 East total?", mentions=[bot_mention()], chat_id=CHAT, message_id="om_question")

@@ -44,6 +44,7 @@ from tests.fakes.feishu_events import (
     text_event,
     url_verification,
 )
+from tests.waiting import eventually
 
 # --- helpers ---------------------------------------------------------------------------------
 
@@ -111,14 +112,6 @@ async def post_encrypted(client: TestClient, payload: dict[str, Any], **header_a
     return await client.post(
         "/feishu/events", data=body, headers=signed_headers(body, **header_args)
     )
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture

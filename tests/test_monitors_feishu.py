@@ -10,7 +10,6 @@ made in a Chinese conversation alerts in Chinese.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +29,7 @@ from tests.fakes.feishu_events import (
     text_event,
 )
 from tests.harness import Gateway, feishu_gateway_settings, running_gateway
+from tests.waiting import eventually
 
 CHAT, OPS, ANALYST, LATECOMER = "oc_sales", "ou_ops", "ou_analyst", "ou_late"
 MONITOR = "gmv-by-region"
@@ -86,14 +86,6 @@ async def post_callback(gw: Gateway, payload: dict[str, Any]) -> tuple[int, dict
     body = encrypted_body(payload)
     async with gw.http.post(gw.server.make_url("/feishu/events"), data=body, headers=signed_headers(body)) as resp:
         return resp.status, await resp.json()
-
-
-async def eventually(predicate: Any, timeout: float = 15.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
 
 
 async def test_an_alert_card_is_acknowledged_with_its_button_and_its_recovery_noted(tmp_path: Path) -> None:

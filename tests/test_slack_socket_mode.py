@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -26,6 +26,7 @@ from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention, message
 from tests.harness import gateway_settings, running_gateway
+from tests.waiting import eventually as wait_until
 
 PING_S = 0.2
 SILENCE_S = 1.0
@@ -64,14 +65,6 @@ class RecordingInbox:
 
 async def not_known(_key: ThreadKey) -> bool:
     return False
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def socket_config(slack: FakeSlack) -> SlackConfig:

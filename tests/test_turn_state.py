@@ -50,7 +50,10 @@ async def agent_with(tmp_path: Path, **settings: Any) -> AsyncIterator[tuple[Age
             )
             agent = build_agent(config, store, sessions)
             thread_id = await store.open(ThreadKey(platform="test", workspace="W", channel="C", root="1"))
-            yield agent, store, fake, thread_id
+            try:
+                yield agent, store, fake, thread_id
+            finally:
+                await agent.aclose()
     finally:
         await engine.dispose()
 

@@ -10,7 +10,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import psycopg
@@ -37,6 +36,7 @@ from tests.serve_process import (
     wait_healthy,
     wait_workers_ready,
 )
+from tests.waiting import eventually_sync as wait_until
 
 
 def gateway_env(tmp_path: Path, database_url: str, anthropic: FakeAnthropic, slack: FakeSlack, **extra: str) -> dict[str, str]:
@@ -52,14 +52,6 @@ def gateway_env(tmp_path: Path, database_url: str, anthropic: FakeAnthropic, sla
         BA_POLL_INTERVAL="60",
         **extra,
     )
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_worker_answers_at_once_and_is_replaced_when_it_dies(database_url: str, tmp_path: Path) -> None:

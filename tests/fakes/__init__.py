@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Self
 
 from aiohttp import web
+
+from tests.waiting import eventually, eventually_sync
 
 _POLL_INTERVAL = 0.005
 
@@ -93,16 +94,8 @@ class FakeServer:
     # the server may run in another thread than the test that waits on it.
     @staticmethod
     async def _wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-            await asyncio.sleep(_POLL_INTERVAL)
+        await eventually(predicate, timeout, what, poll=_POLL_INTERVAL)
 
     @staticmethod
     def _wait_until_sync(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-            time.sleep(_POLL_INTERVAL)
+        eventually_sync(predicate, timeout, what, poll=_POLL_INTERVAL)
