@@ -9,6 +9,11 @@ client timeout as Slack's):
   the inbox commit before the 200) with its worker processes answering in the background
   through a fake model that streams each answer over `--answer-seconds`.
 
+Before the rounds, `--live-threads` conversations (16) are opened and the bench waits until
+the workers are answering them: every round is then acknowledged while each answering process
+holds its `--turns` turns and writes their messages, ledger rows and leases (`--live-threads 0`
+starts with idle workers). The two sides of a round take the same seeded traffic.
+
 They are measured in alternating rounds (floor, gateway, floor, gateway, …), so a noisy
 neighbour or a drifting machine hits both alike; the verdict is the per-round ratio of p99s,
 reported as its median with its spread over the rounds. Every figure is printed with the
@@ -28,7 +33,7 @@ exactly once, those whose acknowledgement timed out included.
 Targets: PostgreSQL p99 <= 2x the floor at 200/s and < 100 ms at 1,000/s per replica; SQLite
 p99 <= 1.3x the floor at 200/s; both hold 2,000/s with no error.
 
-    .venv/bin/python bench/ingest.py [--rate 200] [--rounds 10] [--seconds 5] [--database-url URL]
+    .venv/bin/python bench/ingest.py [--rate 200] [--rounds 10] [--seconds 6] [--live-threads 16] [--database-url URL]
     .venv/bin/python bench/ingest.py --curve 200,500,1000,2000 [--database-url URL] [--replicas 2]
     .venv/bin/python bench/ingest.py --sustained --turns 32 --workers 2
 """
@@ -51,7 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.ingest_load import Sample, offered_load, percentile, spread  # noqa: E402
-from bench.ingest_mix import Delivery, deliveries_per_message, realistic_mix  # noqa: E402
+from bench.ingest_mix import Delivery, deliveries_per_message, fresh_mentions, realistic_mix  # noqa: E402
 from bench.ingest_servers import (  # noqa: E402
     GatewayDatabase,
     gateway_env,
@@ -84,9 +89,10 @@ class Side:
     per_replica: list[Sample] = field(default_factory=list)
     sent: set[str] = field(default_factory=set)  # the distinct messages sent
 
-    def run(self, rate: float, seconds: float, timeout_s: float, tag: str) -> tuple[Sample, float]:
-        """One round; returns its sample and the servers' CPU ms per delivery."""
-        deliveries = realistic_mix(int(rate * seconds), tag)
+    def run(self, rate: float, seconds: float, timeout_s: float, tag: str, seed: str | None = None) -> tuple[Sample, float]:
+        """One round; returns its sample and the servers' CPU ms per delivery. Rounds given the
+        same `seed` send the same sequence of messages (as distinct events)."""
+        deliveries = realistic_mix(int(rate * seconds), tag, seed)
         cpu_before = sum(cpu_seconds(pid) for pid in self.pids)
         samples = self.send(deliveries, rate, timeout_s)
         cpu_ms = (sum(cpu_seconds(pid) for pid in self.pids) - cpu_before) * 1000 / max(len(deliveries), 1)
@@ -110,17 +116,33 @@ def ab_rounds(floor: Side, gateway: Side, db: GatewayDatabase, args: argparse.Na
     """Alternate the two sides for `args.rounds` rounds each; returns the per-round p99 ratios."""
     ratios = []
     for round_no in range(1, args.rounds + 1):
-        floor_sample, floor_cpu = floor.run(rate, args.seconds, args.timeout, f"f{round_no}r{rate:g}")
+        seed = f"{round_no}:{rate:g}"  # the pair takes the same traffic
+        floor_sample, floor_cpu = floor.run(rate, args.seconds, args.timeout, f"f{round_no}r{rate:g}", seed)
         floor_load = load()
-        gw_sample, gw_cpu = gateway.run(rate, args.seconds, args.timeout, f"g{round_no}r{rate:g}")
+        gw_sample, gw_cpu = gateway.run(rate, args.seconds, args.timeout, f"g{round_no}r{rate:g}", seed)
         ratio = gw_sample.p99 / floor_sample.p99
         ratios.append(ratio)
         print(f"round {round_no:2d}  floor p50 {floor_sample.p50:6.2f} p99 {floor_sample.p99:7.2f} ms "
               f"({floor_cpu:.2f} ms CPU/delivery, {floor_load})  gateway p50 {gw_sample.p50:6.2f} "
               f"p99 {gw_sample.p99:7.2f} ms ({gw_cpu:.2f} ms CPU/delivery, {load()})  ratio {ratio:5.2f}  "
               f"errors {gw_sample.errors + floor_sample.errors}  timeouts {gw_sample.timeouts + floor_sample.timeouts}  "
-              f"backlog {db.open_events()}", flush=True)
+              f"backlog {db.open_events()}  turns in progress {db.turns_in_progress()}", flush=True)
     return ratios
+
+
+def make_workers_busy(gateway: Side, db: GatewayDatabase, args: argparse.Namespace) -> None:
+    """Open `--live-threads` conversations and wait until the workers are answering them, so
+    every round is acknowledged while the workers write messages, ledger rows and leases."""
+    if not args.live_threads:
+        return
+    gateway.send(fresh_mentions(args.live_threads, "live"), 50, args.timeout)
+    capacity = args.workers * args.turns * len(gateway.urls)
+    expected = min(args.live_threads, capacity)
+    deadline = time.monotonic() + 60
+    while db.turns_in_progress() < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(f"busy workers: {db.turns_in_progress()} turns in progress (capacity {capacity}), "
+          f"{db.open_events()} events open, answers take {args.answer_seconds:g} s", flush=True)
 
 
 def curve(floor: Side, gateway: Side, db: GatewayDatabase, args: argparse.Namespace) -> None:
@@ -197,7 +219,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rate", type=float, default=200.0, help="deliveries/s (default 200)")
     parser.add_argument("--rounds", type=int, default=10, help="rounds a side (default 10)")
-    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per round per side (default 5)")
+    parser.add_argument("--seconds", type=float, default=6.0, help="seconds per round per side (default 6)")
     parser.add_argument("--timeout", type=float, default=3.0, help="client timeout, s (Slack's: 3)")
     parser.add_argument("--database-url", help="PostgreSQL server for the gateway, e.g. "
                         "postgresql://postgres@127.0.0.1:5432/test (default: SQLite in a temp dir)")
@@ -205,6 +227,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1, help="BA_WORKER_PROCESSES per gateway")
     parser.add_argument("--turns", type=int, default=8, help="BA_MAX_CONCURRENT_TURNS per worker")
     parser.add_argument("--answer-seconds", type=float, default=2.0, help="how long the fake model streams an answer")
+    parser.add_argument("--live-threads", type=int, default=16,
+                        help="conversations opened before the rounds so the workers are busy (0: start idle)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--sustained", action="store_true", help="offer what the workers can answer")
     mode.add_argument("--curve", help="comma-separated rates, one round a side each, e.g. 200,500,1000,2000")
@@ -247,6 +271,7 @@ def main() -> None:
             print(f"database {'PostgreSQL' if db.schema else 'SQLite'}, {args.replicas} replica(s), "
                   f"{args.workers} worker process(es) x {args.turns} turns, {os.cpu_count()} CPUs, {load()}", flush=True)
             ratios: list[float] = []
+            make_workers_busy(gateway, db, args)
             if args.curve:
                 curve(floor, gateway, db, args)
             elif args.sustained:

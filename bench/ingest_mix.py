@@ -73,9 +73,12 @@ def _message_deliveries(kind: str, tag: str, rng: random.Random) -> list[dict]:
     return [message(text, user, f"D{user}", ts=ts, channel_type="im", event_id=f"Ev{tag}{ts}")]
 
 
-def realistic_mix(count: int, tag: str, seed: int = 0) -> list[Delivery]:
-    """`count` signed deliveries in the mix above (retries included), in sending order."""
-    rng = random.Random(f"{tag}:{seed}")
+def realistic_mix(count: int, tag: str, seed: int | str | None = None) -> list[Delivery]:
+    """`count` signed deliveries in the mix above (retries included), in sending order.
+
+    `seed` fixes the sequence of kinds, users, channels and retries (the tag when not given);
+    `tag` goes into the event ids, so two sides can take the same sequence as distinct events."""
+    rng = random.Random(f"seed:{seed}" if seed is not None else tag)
     out: list[Delivery] = []
     retries: dict[int, dict] = {}
     while len(out) < count:
@@ -91,6 +94,17 @@ def realistic_mix(count: int, tag: str, seed: int = 0) -> list[Delivery]:
             if rng.random() < RETRY_SHARE:
                 retries[len(out) + rng.randrange(20, 200)] = payload
     return out[:count]
+
+
+def fresh_mentions(count: int, tag: str) -> list[Delivery]:
+    """`count` channel mentions, each opening a thread of its own (to keep the workers busy)."""
+    out = []
+    for n in range(count):
+        payload = app_mention("<@UBOT> break last quarter's GMV down by region", f"UB{n}", f"CB{n}",
+                              ts=_next_ts(), event_id=f"Ev{tag}{n}")
+        body, headers = signed_request(payload, SECRET)
+        out.append(Delivery(body, headers, message_key(payload)))
+    return out
 
 
 def deliveries_per_message() -> float:

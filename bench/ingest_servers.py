@@ -204,6 +204,9 @@ class GatewayDatabase:
     def open_events(self) -> int:
         return int(self.query("SELECT count(*) FROM inbound_events WHERE status IN ('pending', 'processing')")[0][0])
 
+    def turns_in_progress(self) -> int:
+        return int(self.query("SELECT count(*) FROM inbound_events WHERE status = 'processing'")[0][0])
+
     def stored_messages(self) -> list[str]:
         """The dedupe keys of every stored event."""
         return [row[0] for row in self.query("SELECT dedupe_key FROM inbound_events")]
