@@ -6,10 +6,14 @@ single multi-row INSERT … ON CONFLICT DO NOTHING (a prepared statement taking 
 column, so every batch size shares it) in autocommit: one round trip and one commit for the
 whole batch. A lone event is sent at once, so a quiet service adds no batching delay.
 
-The same statement notifies `CHANNEL` when it stores anything, inside its transaction, so
-the notification is delivered exactly when the rows are visible. Workers on every replica
-LISTEN on a connection of their own and claim work at once instead of waiting for their poll;
-if that connection drops they go on polling until it is back.
+Once a batch that stored anything is committed (and its callers answered), `CHANNEL` is
+notified in a statement of its own. Not in the batch's transaction: a transaction that
+notifies holds PostgreSQL's one cluster-wide notify lock from its commit until its WAL is
+flushed, so accepts that notified would wait for each other's fsync (and the workers' WAL
+traffic) on the acknowledgement's path. Notifications are coalesced: one in flight, and one
+more if anything was stored meanwhile. Workers on every replica LISTEN on a connection of
+their own and claim work at once instead of waiting for their poll; if that connection drops
+they go on polling until it is back. (serve wakes its own workers through a pipe.)
 
 The accept path writes only new rows of `inbound_events`; workers update existing rows and
 the `thread_leases` table, so the two never wait for each other's row locks. Only two
@@ -49,18 +53,18 @@ _ARRAYS = (("platform", "text"), ("event_id", "text"), ("dedupe_key", "text"), (
 _NAMES = ", ".join(name for name, _ in _ARRAYS)
 # Arrays go in binary (%b): the text format escapes every quote of every payload. ORDER BY n:
 # rows are inserted in arrival order, so of two deliveries of one message in the same batch the
-# first is stored and the second is the duplicate. The notification's payload is the schema, so
-# services sharing a database in different schemas do not wake each other; identical
-# notifications of one transaction are delivered once.
+# first is stored and the second is the duplicate.
 _ACCEPT_SQL = (
-    f"WITH accepted AS (INSERT INTO {InboundEventRow.__tablename__} "
+    f"INSERT INTO {InboundEventRow.__tablename__} "
     f"({_NAMES}, status, attempts, available_at, updated_at) "
     f"SELECT {_NAMES}, '{EventStatus.PENDING.value}', 0, created_at, created_at "
     f"FROM unnest({', '.join(f'%({name})b::{kind}[]' for name, kind in _ARRAYS)}) "
     f"WITH ORDINALITY AS batch({_NAMES}, n) ORDER BY n "
-    "ON CONFLICT DO NOTHING RETURNING event_id) "
-    f"SELECT event_id, pg_notify('{CHANNEL}', current_schema()) FROM accepted"
+    "ON CONFLICT DO NOTHING RETURNING event_id"
 )
+# The payload is the schema, so services sharing a database in different schemas do not wake
+# each other.
+_NOTIFY_SQL = f"SELECT pg_notify('{CHANNEL}', current_schema())"
 # As ThreadStore.is_live asks it (the partial unique index on live keys answers it).
 LIVE_THREAD_SQL = f"SELECT 1 FROM {ThreadRow.__tablename__} WHERE key = %s AND archived_at IS NULL LIMIT 1"
 
@@ -84,14 +88,15 @@ class PostgresInboxWriter:
     `BATCHES_IN_FLIGHT` batches go to the server at once, each on a connection of a small pool
     that is opened at start-up and kept (no connection bursts under load); the pool has
     `LOOKUPS_IN_FLIGHT` more for the acknowledgement's other question, whether the bot is part
-    of a thread. A caller is answered only once its row is committed, and learns whether it was
-    a duplicate. A caller that stops waiting (the platform's client gave up) does not take its
-    row out: it is committed all the same, so the platform's retry is a duplicate, not a second
-    answer.
+    of a thread, and one for the notification that wakes other replicas. A caller is answered
+    only once its row is committed, and learns whether it was a duplicate. A caller that stops
+    waiting (the platform's client gave up) does not take its row out: it is committed all the
+    same, so the platform's retry is a duplicate, not a second answer.
     """
 
     BATCHES_IN_FLIGHT = 2
     LOOKUPS_IN_FLIGHT = 2
+    NOTIFIERS = 1
     MAX_BATCH = 500
 
     def __init__(self, conninfo: str) -> None:
@@ -99,8 +104,8 @@ class PostgresInboxWriter:
 
         self._pool: AsyncConnectionPool = AsyncConnectionPool(
             conninfo,
-            min_size=self.BATCHES_IN_FLIGHT + self.LOOKUPS_IN_FLIGHT,
-            max_size=self.BATCHES_IN_FLIGHT + self.LOOKUPS_IN_FLIGHT,
+            min_size=self.BATCHES_IN_FLIGHT + self.LOOKUPS_IN_FLIGHT + self.NOTIFIERS,
+            max_size=self.BATCHES_IN_FLIGHT + self.LOOKUPS_IN_FLIGHT + self.NOTIFIERS,
             open=False,
             kwargs={"autocommit": True, "prepare_threshold": 0},
             name="inbox-accept",
@@ -110,6 +115,8 @@ class PostgresInboxWriter:
         self._flushers: list[asyncio.Task[None]] = []
         self._opening = asyncio.Lock()
         self._closing = False
+        self._notifier: asyncio.Task[None] | None = None
+        self._notify_again = False
 
     async def open(self) -> None:
         """Connect the pool and start the flushers (at start-up, so no acknowledgement waits)."""
@@ -144,6 +151,8 @@ class PostgresInboxWriter:
         self._queued.set()
         await asyncio.gather(*self._flushers, return_exceptions=True)
         self._flushers = []
+        if self._notifier is not None:
+            await asyncio.gather(self._notifier, return_exceptions=True)
         await self._pool.close()
 
     async def _flush_forever(self) -> None:
@@ -156,6 +165,7 @@ class PostgresInboxWriter:
             batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH :]
             try:
                 stored = await self._insert([row for row, _ in batch])
+                stored_any = bool(stored)
             except Exception as exc:  # noqa: BLE001 - every caller of the batch gets it
                 for _, done in batch:
                     if not done.done():
@@ -168,13 +178,35 @@ class PostgresInboxWriter:
                 stored.discard(event_id)
                 if not done.done():
                     done.set_result(inserted)
+            if stored_any:
+                self._wake_other_replicas()
+
+    def _wake_other_replicas(self) -> None:
+        """Notify `CHANNEL` after the commit, off the acknowledgement's path (coalesced)."""
+        if self._notifier is None or self._notifier.done():
+            self._notifier = asyncio.create_task(self._notify(), name="inbox-notify")
+        else:
+            self._notify_again = True
+
+    async def _notify(self) -> None:
+        import psycopg
+
+        while True:
+            self._notify_again = False
+            try:
+                async with self._pool.connection() as conn:
+                    await conn.execute(_NOTIFY_SQL, prepare=True)
+            except psycopg.Error as exc:  # the other replicas' poll finds the work
+                log.warning("inbox notification failed (%s); other replicas will poll", type(exc).__name__)
+            if not self._notify_again:
+                return
 
     async def _insert(self, rows: list[dict[str, object]]) -> set[str]:
         """The batch in one statement; returns the event ids it stored."""
         columns: dict[str, list[object]] = {name: [row[name] for row in rows] for name, _ in _ARRAYS}
         async with self._pool.connection() as conn:
             cursor = await conn.execute(_ACCEPT_SQL, columns, prepare=True)
-            return {event_id for event_id, _ in await cursor.fetchall()}
+            return {event_id for (event_id,) in await cursor.fetchall()}
 
 
 async def listen_for_work(conninfo: str, wakeup: asyncio.Event, retry_s: float = 5.0) -> None:
