@@ -26,6 +26,12 @@ Other tables in system schemas (``pg_authid``, ``pg_shadow``, ``pg_settings``,
 are refused. The application's own catalog queries (``sources.list_source_tables`` …) do not go
 through the guard: they are our SQL, not the model's.
 
+Timing: nothing whose purpose is to spend time is listed (``pg_sleep``, ``SLEEP``,
+``BENCHMARK``): a query's running time must not be a channel, and a delay per row made one
+(``WHERE pg_sleep(0.02) IS NOT NULL`` took time in proportion to the rows it saw). The row
+filter's fence (:mod:`agent_core.governance.rewrite`) keeps any other costly expression to the
+rows the asker may see.
+
 To allow a new function: add it to the right category below and add a query using it to
 ``tests/test_sql_guard.py``. Only add functions that compute on their arguments; anything that
 reads or writes outside the query's own rows, runs SQL text, or changes session or server state
@@ -284,11 +290,12 @@ _POSTGRES_NAMES = {
         pg_indexes_size pg_total_relation_size pg_input_is_valid
         """
     ),
-    # Session identity and misc (pg_sleep: every source has a statement timeout).
+    # Session identity and misc. Not pg_sleep / pg_sleep_for / pg_sleep_until: a delay per
+    # row is a timing oracle (see "Timing" in the module docstring).
     "session": _names(
         """
         current_database current_schema current_schemas current_user session_user version
-        gen_random_uuid uuidv4 uuidv7 pg_sleep
+        gen_random_uuid uuidv4 uuidv7
         """
     ),
 }
@@ -437,8 +444,8 @@ _MYSQL_NAMES = {
         json_normalize
         """
     ),
-    # Session identity and misc (SLEEP: max_statement_time / max_execution_time applies).
-    "session": _names("database schema current_user user session_user version sleep"),
+    # Session identity and misc. Not SLEEP / BENCHMARK: timing oracles (module docstring).
+    "session": _names("database schema current_user user session_user version"),
 }
 
 

@@ -105,6 +105,10 @@ _FORBIDDEN_NODES: dict[type[exp.Expr], str] = {
     exp.LoadData: "LOAD DATA",
 }
 
+# What a check may raise on a syntax tree of a shape it was not written for: refused as
+# unparseable instead of escaping as a crash (the guard fails closed).
+_UNEXPECTED = (IndexError, KeyError, AttributeError, TypeError, ValueError)
+
 _ANONYMOUS_TYPES: tuple[type[exp.Expr], ...] = (exp.Anonymous, exp.AnonymousAggFunc)
 _OPENING = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE}
 _CLOSING = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE}
@@ -141,6 +145,8 @@ def ensure_read_only(sql: str, dialect: Dialect | str = "duckdb") -> str:
         return statement.sql(dialect=dialect, comments=False)
     except RecursionError as error:
         raise _too_deep() from error
+    except _UNEXPECTED as error:
+        raise _unchecked(error) from error
 
 
 def with_row_limit(sql: str, limit: int, dialect: Dialect | str = "duckdb") -> str:
@@ -184,6 +190,8 @@ def with_row_limit(sql: str, limit: int, dialect: Dialect | str = "duckdb") -> s
         return wrapped.sql(dialect=dialect, comments=False)
     except RecursionError as error:
         raise _too_deep() from error
+    except _UNEXPECTED as error:
+        raise _unchecked(error) from error
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -228,6 +236,14 @@ def _check_nesting(tokens: list) -> None:
             f"The SQL nests brackets {deepest} levels deep; at most {MAX_NESTING} are allowed. "
             f"Flatten it, e.g. with a WITH … AS (…) common table expression per step."
         )
+
+
+def _unchecked(error: Exception) -> SQLParseError:
+    """Syntax the parser accepted in a shape the checks do not know: refused, not crashed."""
+    return SQLParseError(
+        f"The SQL could not be checked ({type(error).__name__} on an unusual construct); "
+        "rewrite it with plain SELECT … FROM … syntax."
+    )
 
 
 def _too_deep() -> SQLParseError:
@@ -312,9 +328,11 @@ def _check_table(table: exp.Table, dialect: str) -> None:
     """Refuse system-catalog tables off the allowlist and (DuckDB) file paths posing as tables."""
     if isinstance(table.this, exp.Func):
         return  # a table function: checked by _check_function
+    if table.this is None and table.args.get("rows_from"):
+        return  # PostgreSQL ROWS FROM (f(…), g(…)): its functions are checked one by one
     raw_parts = [part.name for part in table.parts]
-    shown = ".".join(raw_parts)
-    if len(raw_parts) > 3 or not all(
+    shown = ".".join(raw_parts) or table.sql(dialect=dialect)
+    if not raw_parts or len(raw_parts) > 3 or not all(
         isinstance(part, exp.Identifier) for part in table.parts
     ):
         raise UnsafeSQLError(
