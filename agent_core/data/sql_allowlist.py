@@ -52,6 +52,11 @@ def _classes(*names: str) -> frozenset[type[exp.Expr]]:
     return frozenset(c for c in found if isinstance(c, type) and issubclass(c, exp.Func))
 
 
+def _ordered(text: str) -> tuple[str, ...]:
+    """Lower-case names from a whitespace-separated list, in order."""
+    return tuple(text.split())
+
+
 def _names(text: str) -> frozenset[str]:
     """A frozenset of lower-case function names from a whitespace-separated list."""
     return frozenset(text.split())
@@ -525,3 +530,80 @@ DUCKDB_FILE_EXTENSIONS = _names(
 )
 # Characters that never appear in a sensible table name but always in a path, URL or glob.
 PATH_CHARACTERS = frozenset("/\\:~*?[]{}")
+
+# Catalog views read by column, in the catalog's order: a reference is read through a derived
+# table of these columns, so ``*``, a whole row or any other column cannot reach the rest.
+# Keyed by (schema, view) folded; DuckDB's views and table functions have no schema; MySQL's
+# columns in its own upper case, as ``SELECT *`` shows them. Left out:
+# ``pg_attribute.attmissingval`` (the default of a column added with one: the value of every
+# older row) and ``pg_stats``' sample values (most common values, histogram bounds).
+CATALOG_COLUMNS: dict[str, dict[tuple[str | None, str], tuple[str, ...]]] = {
+    "postgres": {
+        ("pg_catalog", "pg_attribute"): _ordered(
+            """
+            attrelid attname atttypid attlen attnum atttypmod attndims attbyval attalign
+            attstorage attnotnull atthasdef atthasmissing attidentity attgenerated attisdropped
+            attislocal attinhcount attcollation attacl attoptions attfdwoptions
+            """
+        ),
+        ("pg_catalog", "pg_stats"): _ordered(
+            "schemaname tablename attname inherited null_frac avg_width n_distinct correlation"
+        ),
+        ("pg_catalog", "pg_class"): _ordered(
+            """
+            oid relname relnamespace reltype reloftype relowner relam relfilenode reltablespace
+            relpages reltuples relallvisible reltoastrelid relhasindex relisshared
+            relpersistence relkind relnatts relchecks relhasrules relhastriggers relhassubclass
+            relrowsecurity relforcerowsecurity relispopulated relreplident relispartition
+            relrewrite relfrozenxid relminmxid relacl reloptions relpartbound
+            """
+        ),
+        ("pg_catalog", "pg_sequences"): _ordered(
+            """
+            schemaname sequencename sequenceowner data_type start_value min_value max_value
+            increment_by cycle cache_size last_value
+            """
+        ),
+    },
+    "mysql": {
+        ("information_schema", "tables"): _ordered(
+            """
+            TABLE_CATALOG TABLE_SCHEMA TABLE_NAME TABLE_TYPE ENGINE VERSION ROW_FORMAT
+            TABLE_ROWS AVG_ROW_LENGTH DATA_LENGTH MAX_DATA_LENGTH INDEX_LENGTH DATA_FREE
+            AUTO_INCREMENT CREATE_TIME UPDATE_TIME CHECK_TIME TABLE_COLLATION CHECKSUM
+            CREATE_OPTIONS TABLE_COMMENT
+            """
+        ),
+        ("information_schema", "statistics"): _ordered(
+            """
+            TABLE_CATALOG TABLE_SCHEMA TABLE_NAME NON_UNIQUE INDEX_SCHEMA INDEX_NAME
+            SEQ_IN_INDEX COLUMN_NAME COLLATION CARDINALITY SUB_PART PACKED NULLABLE INDEX_TYPE
+            COMMENT INDEX_COMMENT
+            """
+        ),
+    },
+    "duckdb": {
+        (None, "duckdb_tables"): _ordered(
+            """
+            database_name database_oid schema_name schema_oid table_name table_oid comment tags
+            internal temporary has_primary_key estimated_size column_count index_count
+            check_constraint_count sql
+            """
+        ),
+    },
+}
+
+# Catalog columns and functions that count or size a table's rows. Where the access policy
+# filters rows of any table of a source for an audience, that audience reads none of them, on
+# any table of the source: ``search_schema`` likewise shows no row count of a filtered table,
+# and a count per table would leak through its indexes (``reltuples`` of ``orders_pkey``),
+# sequences, partitions and TOAST tables. See ``agent_core.governance.rewrite``.
+ROW_COUNT_COLUMNS = _names(
+    """
+    relpages reltuples relallvisible last_value table_rows avg_row_length data_length
+    max_data_length index_length data_free auto_increment checksum cardinality estimated_size
+    """
+)
+ROW_COUNT_FUNCTIONS = _names(
+    "pg_relation_size pg_table_size pg_total_relation_size pg_indexes_size"
+)

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from agent_core.data.sql_allowlist import ROW_COUNT_COLUMNS, ROW_COUNT_FUNCTIONS
+from agent_core.data.sql_guard import restrict_catalog_columns
 from agent_core.governance.audience import TableView
 from agent_core.governance.errors import AccessDenied
 from agent_core.governance.row_filter import parse_row_filter
@@ -86,6 +88,8 @@ def rewrite_protected_tables(
     :class:`AccessDenied` for a query the policy cannot allow.
     """
     refuse_value_catalogs(statement)
+    if any(view.row_filters is not None for view in views.values()):
+        refuse_row_counts(statement, dialect)
     cte_references = isolate_ctes(statement)
     applied: list[tuple[exp.Subquery, TableView]] = []
     for table in list(statement.find_all(exp.Table)):
@@ -114,6 +118,29 @@ def refuse_value_catalogs(statement: exp.Expr) -> None:
                 f"{table.name} is not available for this data source: it shows sample values "
                 "of every column, including ones the access policy protects."
             )
+
+
+def refuse_row_counts(statement: exp.Expr, dialect: str) -> None:
+    """Keep the catalog's row counts and table sizes from an audience whose rows are filtered.
+
+    Decided once, as ``search_schema`` does (:mod:`agent_core.governance.catalog_access`):
+    where the policy filters rows of a table for the audience, how many rows it has is not
+    theirs to know. Here it holds for every table of the source, since a table's count also
+    shows in its indexes, sequences, partitions and TOAST table. The catalog views lose those
+    columns (``SELECT *`` leaves them out); naming one, or a size function, is refused.
+    """
+    withheld = restrict_catalog_columns(statement, dialect, ROW_COUNT_COLUMNS)
+    for node in statement.walk():
+        if isinstance(node, exp.Column) and fold(node.name) in withheld:
+            named = node.name
+        elif isinstance(node, exp.Anonymous) and fold(node.name) in ROW_COUNT_FUNCTIONS:
+            named = f"{node.name}()"
+        else:
+            continue
+        raise AccessDenied(
+            f"{named} is not available for this data source: it counts or sizes table rows, "
+            "and the access policy filters the rows of some tables here."
+        )
 
 
 # --- CTEs -------------------------------------------------------------------------------------
