@@ -254,7 +254,9 @@ CLAUSES = {
 SHAPES = {
     "window_order": "SELECT id, row_number() OVER (ORDER BY {e}, id) FROM {t}",
     "scalar_subquery": "SELECT (SELECT count({e}) FROM {t}) AS n",
-    "correlated_exists": "SELECT count(*) FROM customers c WHERE EXISTS (SELECT 1 FROM {t} o WHERE o.id = c.id AND {e} IS NOT NULL)",
+    "correlated_exists": (
+        "SELECT count(*) FROM customers c WHERE EXISTS (SELECT 1 FROM {t} o WHERE o.id = c.id AND {e} IS NOT NULL)"
+    ),
     "in_subquery": "SELECT count(*) FROM customers WHERE id IN (SELECT id FROM {t} WHERE {e} IS NOT NULL)",
     "user_cte": "WITH x AS (SELECT * FROM {t}) SELECT count(*) FROM x WHERE {e} IS NOT NULL",
     "union": "SELECT count(*) FROM (SELECT {e} AS v FROM {t} UNION ALL SELECT {e} AS v FROM {t}) u",

@@ -37,8 +37,8 @@ import duckdb
 from pydantic import BaseModel
 
 from agent_core.data.demo import DEMO_CATALOG
-from agent_core.data.errors import MalformedUpload, QueryFailed, QueryTimeout, TableNotFound
 from agent_core.data.error_text import without_row_values
+from agent_core.data.errors import MalformedUpload, QueryFailed, QueryTimeout, TableNotFound
 from agent_core.data.sql_guard import ensure_read_only, with_row_limit
 
 # Never let DuckDB fetch an extension at run time: the machine has no internet, and a query
