@@ -29,7 +29,7 @@ from agent_core.data.sql_guard import ensure_read_only, with_row_limit
         ("SELECT * FROM range(10)", "duckdb"),
         ("SELECT * FROM unnest([1, 2, 3])", "duckdb"),
         ("SELECT * FROM generate_series(1, 10) AS g", "postgres"),
-        ("SELECT pg_typeof(1), pg_sleep(0)", "postgres"),
+        ("SELECT pg_typeof(1), to_regclass('t')", "postgres"),
         ("SELECT * FROM information_schema.tables", "postgres"),
         ("SELECT * FROM `my table` WHERE x = 'a;b' LIMIT 3", "mysql"),
         ("SELECT 1;", "duckdb"),

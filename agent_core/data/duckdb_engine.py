@@ -37,6 +37,7 @@ import duckdb
 from pydantic import BaseModel
 
 from agent_core.data.demo import DEMO_CATALOG
+from agent_core.data.error_text import without_row_values
 from agent_core.data.errors import MalformedUpload, QueryFailed, QueryTimeout, TableNotFound
 from agent_core.data.sql_guard import ensure_read_only, with_row_limit
 
@@ -212,6 +213,7 @@ def run_duckdb_query(
     row_cap: int = 1000,
     byte_cap: int = 1_000_000,
     timeout_s: float = 30.0,
+    redact_values: bool = True,
 ) -> QueryResult:
     """Run one guarded read-only query over a conversation's tables and the demo data.
 
@@ -220,7 +222,8 @@ def run_duckdb_query(
     At most ``row_cap`` rows and about ``byte_cap`` bytes of values (their text length) are
     returned; ``truncated`` says whether more existed. Raises :class:`UnsafeSQLError` for
     refused SQL, :class:`QueryTimeout` past ``timeout_s`` and :class:`QueryFailed` for errors
-    reported by DuckDB (unknown column, type mismatch …).
+    reported by DuckDB (unknown column, type mismatch …), whose message keeps no value from
+    the rows unless ``redact_values`` is False (the asker's own uploads).
     """
     # A conversation without uploads has no workspace file yet: query an in-memory database.
     workspace = Path(workspace_db) if workspace_db is not None else None
@@ -246,7 +249,10 @@ def run_duckdb_query(
                 f"fewer rows."
             ) from error
         except duckdb.Error as error:
-            raise QueryFailed(f"DuckDB error: {first_line(error)}") from error
+            message = first_line(error)
+            if redact_values:
+                message = without_row_values(message, capped_sql)
+            raise QueryFailed(f"DuckDB error: {message}") from error
         finally:
             timer.cancel()
     return QueryResult(

@@ -35,6 +35,9 @@ that is read-only at the database level, so a statement the guard missed still c
   ``max_statement_time`` (MariaDB), with a socket read timeout as a backstop;
 * DuckDB: a ``read_only=True`` connection without external access (see ``uploads``).
 
+A database error is reported with its class (SQLSTATE, error number, DuckDB's error type) and
+its message without values that came from rows (:mod:`agent_core.data.error_text`).
+
 Give the configured database user read-only grants as well: that is the strongest layer, and
 :func:`agent_core.data.privileges.verify_sources` checks it at start-up.
 
@@ -62,6 +65,7 @@ from pydantic import BaseModel
 from sqlalchemy.pool import NullPool
 
 from agent_core.data.duckdb_engine import DUCKDB_BASE_CONFIG, QueryResult, run_duckdb_query
+from agent_core.data.error_text import without_row_values
 from agent_core.data.errors import (
     QueryFailed,
     QueryTimeout,
@@ -280,7 +284,9 @@ def _run_postgres(
             f"filter to fewer rows."
         ) from error
     except psycopg.Error as error:
-        raise QueryFailed(f"PostgreSQL error on {cfg.name!r}: {_first_line(error)}") from error
+        state = f" (SQLSTATE {error.sqlstate})" if error.sqlstate else ""
+        message = without_row_values(_first_line(error), sql)
+        raise QueryFailed(f"PostgreSQL error on {cfg.name!r}{state}: {message}") from error
     return columns, types, rows, truncated
 
 
@@ -321,8 +327,9 @@ def _run_mysql(
                 f"The query on {cfg.name!r} was cancelled after {timeout_s:g} s. Aggregate more "
                 f"or filter to fewer rows."
             ) from error
-        message = error.args[1] if len(error.args) > 1 else str(error)
-        raise QueryFailed(f"MySQL error on {cfg.name!r}: {message}") from error
+        message = without_row_values(str(error.args[1] if len(error.args) > 1 else error), sql)
+        number = f" {code}" if code is not None else ""
+        raise QueryFailed(f"MySQL error{number} on {cfg.name!r}: {message}") from error
     return columns, types, rows, truncated
 
 

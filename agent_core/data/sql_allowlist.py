@@ -26,6 +26,12 @@ Other tables in system schemas (``pg_authid``, ``pg_shadow``, ``pg_settings``,
 are refused. The application's own catalog queries (``sources.list_source_tables`` …) do not go
 through the guard: they are our SQL, not the model's.
 
+Timing: nothing whose purpose is to spend time is listed (``pg_sleep``, ``SLEEP``,
+``BENCHMARK``): a query's running time must not be a channel, and a delay per row made one
+(``WHERE pg_sleep(0.02) IS NOT NULL`` took time in proportion to the rows it saw). The row
+filter's fence (:mod:`agent_core.governance.rewrite`) keeps any other costly expression to the
+rows the asker may see.
+
 To allow a new function: add it to the right category below and add a query using it to
 ``tests/test_sql_guard.py``. Only add functions that compute on their arguments; anything that
 reads or writes outside the query's own rows, runs SQL text, or changes session or server state
@@ -44,6 +50,11 @@ def _classes(*names: str) -> frozenset[type[exp.Expr]]:
     """sqlglot expression classes by name; names the installed sqlglot lacks are skipped."""
     found = (getattr(exp, name, None) for name in names)
     return frozenset(c for c in found if isinstance(c, type) and issubclass(c, exp.Func))
+
+
+def _ordered(text: str) -> tuple[str, ...]:
+    """Lower-case names from a whitespace-separated list, in order."""
+    return tuple(text.split())
 
 
 def _names(text: str) -> frozenset[str]:
@@ -284,11 +295,12 @@ _POSTGRES_NAMES = {
         pg_indexes_size pg_total_relation_size pg_input_is_valid
         """
     ),
-    # Session identity and misc (pg_sleep: every source has a statement timeout).
+    # Session identity and misc. Not pg_sleep / pg_sleep_for / pg_sleep_until: a delay per
+    # row is a timing oracle (see "Timing" in the module docstring).
     "session": _names(
         """
         current_database current_schema current_schemas current_user session_user version
-        gen_random_uuid uuidv4 uuidv7 pg_sleep
+        gen_random_uuid uuidv4 uuidv7
         """
     ),
 }
@@ -437,8 +449,8 @@ _MYSQL_NAMES = {
         json_normalize
         """
     ),
-    # Session identity and misc (SLEEP: max_statement_time / max_execution_time applies).
-    "session": _names("database schema current_user user session_user version sleep"),
+    # Session identity and misc. Not SLEEP / BENCHMARK: timing oracles (module docstring).
+    "session": _names("database schema current_user user session_user version"),
 }
 
 
@@ -518,3 +530,80 @@ DUCKDB_FILE_EXTENSIONS = _names(
 )
 # Characters that never appear in a sensible table name but always in a path, URL or glob.
 PATH_CHARACTERS = frozenset("/\\:~*?[]{}")
+
+# Catalog views read by column, in the catalog's order: a reference is read through a derived
+# table of these columns, so ``*``, a whole row or any other column cannot reach the rest.
+# Keyed by (schema, view) folded; DuckDB's views and table functions have no schema; MySQL's
+# columns in its own upper case, as ``SELECT *`` shows them. Left out:
+# ``pg_attribute.attmissingval`` (the default of a column added with one: the value of every
+# older row) and ``pg_stats``' sample values (most common values, histogram bounds).
+CATALOG_COLUMNS: dict[str, dict[tuple[str | None, str], tuple[str, ...]]] = {
+    "postgres": {
+        ("pg_catalog", "pg_attribute"): _ordered(
+            """
+            attrelid attname atttypid attlen attnum atttypmod attndims attbyval attalign
+            attstorage attnotnull atthasdef atthasmissing attidentity attgenerated attisdropped
+            attislocal attinhcount attcollation attacl attoptions attfdwoptions
+            """
+        ),
+        ("pg_catalog", "pg_stats"): _ordered(
+            "schemaname tablename attname inherited null_frac avg_width n_distinct correlation"
+        ),
+        ("pg_catalog", "pg_class"): _ordered(
+            """
+            oid relname relnamespace reltype reloftype relowner relam relfilenode reltablespace
+            relpages reltuples relallvisible reltoastrelid relhasindex relisshared
+            relpersistence relkind relnatts relchecks relhasrules relhastriggers relhassubclass
+            relrowsecurity relforcerowsecurity relispopulated relreplident relispartition
+            relrewrite relfrozenxid relminmxid relacl reloptions relpartbound
+            """
+        ),
+        ("pg_catalog", "pg_sequences"): _ordered(
+            """
+            schemaname sequencename sequenceowner data_type start_value min_value max_value
+            increment_by cycle cache_size last_value
+            """
+        ),
+    },
+    "mysql": {
+        ("information_schema", "tables"): _ordered(
+            """
+            TABLE_CATALOG TABLE_SCHEMA TABLE_NAME TABLE_TYPE ENGINE VERSION ROW_FORMAT
+            TABLE_ROWS AVG_ROW_LENGTH DATA_LENGTH MAX_DATA_LENGTH INDEX_LENGTH DATA_FREE
+            AUTO_INCREMENT CREATE_TIME UPDATE_TIME CHECK_TIME TABLE_COLLATION CHECKSUM
+            CREATE_OPTIONS TABLE_COMMENT
+            """
+        ),
+        ("information_schema", "statistics"): _ordered(
+            """
+            TABLE_CATALOG TABLE_SCHEMA TABLE_NAME NON_UNIQUE INDEX_SCHEMA INDEX_NAME
+            SEQ_IN_INDEX COLUMN_NAME COLLATION CARDINALITY SUB_PART PACKED NULLABLE INDEX_TYPE
+            COMMENT INDEX_COMMENT
+            """
+        ),
+    },
+    "duckdb": {
+        (None, "duckdb_tables"): _ordered(
+            """
+            database_name database_oid schema_name schema_oid table_name table_oid comment tags
+            internal temporary has_primary_key estimated_size column_count index_count
+            check_constraint_count sql
+            """
+        ),
+    },
+}
+
+# Catalog columns and functions that count or size a table's rows. Where the access policy
+# filters rows of any table of a source for an audience, that audience reads none of them, on
+# any table of the source: ``search_schema`` likewise shows no row count of a filtered table,
+# and a count per table would leak through its indexes (``reltuples`` of ``orders_pkey``),
+# sequences, partitions and TOAST tables. See ``agent_core.governance.rewrite``.
+ROW_COUNT_COLUMNS = _names(
+    """
+    relpages reltuples relallvisible last_value table_rows avg_row_length data_length
+    max_data_length index_length data_free auto_increment checksum cardinality estimated_size
+    """
+)
+ROW_COUNT_FUNCTIONS = _names(
+    "pg_relation_size pg_table_size pg_total_relation_size pg_indexes_size"
+)

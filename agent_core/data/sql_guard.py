@@ -58,6 +58,7 @@ from sqlglot.tokens import TokenType
 
 from agent_core.data.errors import SQLParseError, UnsafeSQLError
 from agent_core.data.sql_allowlist import (
+    CATALOG_COLUMNS,
     DIALECTS,
     DUCKDB_CATALOG_VIEW_NAMES,
     DUCKDB_CATALOG_VIEWS,
@@ -105,6 +106,13 @@ _FORBIDDEN_NODES: dict[type[exp.Expr], str] = {
     exp.LoadData: "LOAD DATA",
 }
 
+# What a check may raise on a syntax tree of a shape it was not written for: refused as
+# unparseable instead of escaping as a crash (the guard fails closed).
+_UNEXPECTED = (IndexError, KeyError, AttributeError, TypeError, ValueError)
+
+# The alias of a catalog view inside the derived table that reads it by column.
+_CATALOG_ALIAS = "_ba_catalog"
+
 _ANONYMOUS_TYPES: tuple[type[exp.Expr], ...] = (exp.Anonymous, exp.AnonymousAggFunc)
 _OPENING = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE}
 _CLOSING = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE}
@@ -138,9 +146,12 @@ def ensure_read_only(sql: str, dialect: Dialect | str = "duckdb") -> str:
             )
         for node in statement.walk():
             _check_node(node, dialect)
+        restrict_catalog_columns(statement, dialect)
         return statement.sql(dialect=dialect, comments=False)
     except RecursionError as error:
         raise _too_deep() from error
+    except _UNEXPECTED as error:
+        raise _unchecked(error) from error
 
 
 def with_row_limit(sql: str, limit: int, dialect: Dialect | str = "duckdb") -> str:
@@ -184,6 +195,79 @@ def with_row_limit(sql: str, limit: int, dialect: Dialect | str = "duckdb") -> s
         return wrapped.sql(dialect=dialect, comments=False)
     except RecursionError as error:
         raise _too_deep() from error
+    except _UNEXPECTED as error:
+        raise _unchecked(error) from error
+
+
+def restrict_catalog_columns(
+    statement: exp.Expr, dialect: str, exclude: frozenset[str] = frozenset()
+) -> frozenset[str]:
+    """Read each catalog view of :data:`CATALOG_COLUMNS` in ``statement`` through a derived
+    table of its allowed columns less ``exclude`` (in place).
+
+    A reference already read that way (the derived table is exactly such a projection) is
+    narrowed, not wrapped again, so checking a checked query changes nothing. Returns the
+    columns of ``exclude`` that the views read here would otherwise have shown.
+    """
+    withheld: set[str] = set()
+    for table in list(statement.find_all(exp.Table)):
+        key = _catalog_key(table, dialect)
+        if key is None:
+            continue
+        allowed = CATALOG_COLUMNS[dialect][key]
+        withheld.update(_fold(c) for c in allowed if _fold(c) in exclude)
+        keep = [c for c in allowed if _fold(c) not in exclude]
+        select = _catalog_projection(table, allowed)
+        if select is not None:
+            select.set(
+                "expressions", [e for e in select.expressions if _fold(e.name) not in exclude]
+            )
+            continue
+        inner = table.copy()
+        inner.set("alias", exp.TableAlias(this=exp.to_identifier(_CATALOG_ALIAS)))
+        projection = exp.Select(
+            expressions=[exp.column(name, table=_CATALOG_ALIAS) for name in keep]
+        ).from_(inner, copy=False)
+        alias = table.args.get("alias")
+        if alias is None:
+            name = table.this if isinstance(table.this, exp.Identifier) else exp.to_identifier(key[1])
+            alias = exp.TableAlias(this=name.copy())
+        table.replace(exp.Subquery(this=projection, alias=alias.copy()))
+    return frozenset(withheld)
+
+
+def _catalog_key(table: exp.Table, dialect: str) -> tuple[str | None, str] | None:
+    """The :data:`CATALOG_COLUMNS` key of the view a table reference reads, or None."""
+    views = CATALOG_COLUMNS[dialect]
+    if isinstance(table.this, exp.Func):
+        if dialect != "duckdb" or not isinstance(table.this, _ANONYMOUS_TYPES):
+            return None
+        key: tuple[str | None, str] = (None, _fold(table.this.name))
+        return key if key in views else None
+    if not isinstance(table.this, exp.Identifier):
+        return None
+    parts = [_fold(part.name) for part in table.parts]
+    name, schema = parts[-1], parts[-2] if len(parts) >= 2 else None
+    if dialect == "duckdb":
+        schema = None  # main.duckdb_tables and demo.duckdb_tables mean the built-in view too
+    elif dialect == "postgres" and schema is None and name.startswith("pg_"):
+        schema = "pg_catalog"
+    key = (schema, name)
+    return key if key in views else None
+
+
+def _catalog_projection(table: exp.Table, allowed: tuple[str, ...]) -> exp.Select | None:
+    """The derived table ``table`` is already read through, if it projects allowed columns
+    only and does nothing else; else None."""
+    select = table.parent.parent if isinstance(table.parent, exp.From) else None
+    if not isinstance(select, exp.Select) or not isinstance(select.parent, exp.Subquery):
+        return None
+    if any(value for arg, value in select.args.items() if arg not in ("expressions", "from_")):
+        return None
+    names = {_fold(c) for c in allowed}
+    if all(isinstance(e, exp.Column) and _fold(e.name) in names for e in select.expressions):
+        return select
+    return None
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -228,6 +312,14 @@ def _check_nesting(tokens: list) -> None:
             f"The SQL nests brackets {deepest} levels deep; at most {MAX_NESTING} are allowed. "
             f"Flatten it, e.g. with a WITH … AS (…) common table expression per step."
         )
+
+
+def _unchecked(error: Exception) -> SQLParseError:
+    """Syntax the parser accepted in a shape the checks do not know: refused, not crashed."""
+    return SQLParseError(
+        f"The SQL could not be checked ({type(error).__name__} on an unusual construct); "
+        "rewrite it with plain SELECT … FROM … syntax."
+    )
 
 
 def _too_deep() -> SQLParseError:
@@ -312,9 +404,11 @@ def _check_table(table: exp.Table, dialect: str) -> None:
     """Refuse system-catalog tables off the allowlist and (DuckDB) file paths posing as tables."""
     if isinstance(table.this, exp.Func):
         return  # a table function: checked by _check_function
+    if table.this is None and table.args.get("rows_from"):
+        return  # PostgreSQL ROWS FROM (f(…), g(…)): its functions are checked one by one
     raw_parts = [part.name for part in table.parts]
-    shown = ".".join(raw_parts)
-    if len(raw_parts) > 3 or not all(
+    shown = ".".join(raw_parts) or table.sql(dialect=dialect)
+    if not raw_parts or len(raw_parts) > 3 or not all(
         isinstance(part, exp.Identifier) for part in table.parts
     ):
         raise UnsafeSQLError(

@@ -4,7 +4,9 @@ The catalog stores, beside names and types, the distinct values of low-cardinali
 and each table's row count: data, read once by the refresh with the source's own rights. So
 the access policy applies to it as to a query: a column the audience may not read is left
 out with its values, and a table whose rows are filtered for the audience shows neither
-sample values nor its row count (both may reveal rows outside the filter).
+sample values nor its row count (both may reveal rows outside the filter). The same decision
+holds for SQL over the database's own catalog: a filtered audience reads no row counts or table
+sizes there (``agent_core.governance.rewrite.refuse_row_counts``).
 """
 
 from __future__ import annotations

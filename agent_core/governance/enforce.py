@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import sqlglot
 
+from agent_core.data.errors import SQLParseError
 from agent_core.data.sql_guard import ensure_read_only
 from agent_core.governance.audience import (
     Audience,
@@ -65,7 +66,10 @@ def enforce(
     }
     if not views:
         return Enforced(safe_sql)
-    statement = sqlglot.parse_one(safe_sql, read=dialect)
+    try:
+        statement = sqlglot.parse_one(safe_sql, read=dialect)
+    except sqlglot.errors.SqlglotError as error:  # the regenerated SQL must read back the same
+        raise SQLParseError(f"The SQL could not be checked ({error.__class__.__name__}).") from error
     applied = rewrite_protected_tables(statement, views, dialect, columns)
     return Enforced(statement.sql(dialect=dialect, comments=False), access_note(applied, audience))
 

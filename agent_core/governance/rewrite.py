@@ -5,13 +5,27 @@ UNION branches, LATERAL, derived tables -- is replaced by a derived table with t
 own name or alias::
 
     orders AS o   →   (SELECT _ba_rows.id, _ba_rows.region, … FROM orders AS _ba_rows
-                       WHERE _ba_rows.region = 'East') AS o
+                       WHERE _ba_rows.region = 'East' OFFSET 0) AS o
 
 The derived table selects only the columns the audience may read, so ``*``, ``o.*``, a hidden
 column in WHERE / GROUP BY / ORDER BY / JOIN ON / a function argument, or the row-as-a-value
 forms (``SELECT o FROM orders o``) cannot reach a hidden column or a filtered-out row: outside
 it, they do not exist. The filter's columns are qualified with the inner alias, so a column
 the table lacks is an error rather than a reference to an outer query.
+
+The filtered derived table is an optimization fence: the database evaluates none of the
+query's own expressions on a row the filter leaves out. Without one the planner merges the
+derived table into the outer query and may evaluate an outer condition (``amount::int2``,
+``sqrt(amount)``, ``IF(amount > 98765, EXP(1000), 1)``, a slow function) before the filter, on
+every row -- its error or its running time then tells about rows the asker may not see. The
+fence is a row limit that never limits: a planner may neither merge a derived table with a
+LIMIT/OFFSET into the outer query nor push an outer condition below it, since both would
+change which rows the limit keeps. PostgreSQL and DuckDB get ``OFFSET 0`` (PostgreSQL's
+``is_simple_subquery`` / ``subquery_is_pushdown_safe``; DuckDB keeps a limit operator between
+the two filters), MariaDB/MySQL ``LIMIT 18446744073709551615`` (no merge and no condition
+push-down into a derived table with an explicit limit). PostgreSQL's ``AS MATERIALIZED`` CTE
+would fence too but stores every filtered row; DuckDB pushes filters into a materialized CTE.
+``tests/test_governance_barrier.py`` checks the plans and the error oracles on all three.
 
 CTEs are renamed to private names first (``WITH orders AS …`` becomes ``WITH _ba_cte_0 AS …``,
 its references ``_ba_cte_0 AS orders``), so afterwards every remaining table name means a real
@@ -27,11 +41,15 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from agent_core.data.sql_allowlist import ROW_COUNT_COLUMNS, ROW_COUNT_FUNCTIONS
+from agent_core.data.sql_guard import restrict_catalog_columns
 from agent_core.governance.audience import TableView
 from agent_core.governance.errors import AccessDenied
 from agent_core.governance.row_filter import parse_row_filter
 
 ROWS_ALIAS = "_ba_rows"
+# A LIMIT no table reaches: the fence of MariaDB/MySQL, which have OFFSET only after a LIMIT.
+_MYSQL_NO_LIMIT = 18446744073709551615
 _CTE_PREFIX = "_ba_cte_"
 # Catalog views that hold sample values of every column (most common values, histograms).
 _VALUE_CATALOGS = frozenset({"pg_stats", "pg_stats_ext", "pg_stats_ext_exprs", "column_statistics"})
@@ -70,6 +88,8 @@ def rewrite_protected_tables(
     :class:`AccessDenied` for a query the policy cannot allow.
     """
     refuse_value_catalogs(statement)
+    if any(view.row_filters is not None for view in views.values()):
+        refuse_row_counts(statement, dialect)
     cte_references = isolate_ctes(statement)
     applied: list[tuple[exp.Subquery, TableView]] = []
     for table in list(statement.find_all(exp.Table)):
@@ -98,6 +118,29 @@ def refuse_value_catalogs(statement: exp.Expr) -> None:
                 f"{table.name} is not available for this data source: it shows sample values "
                 "of every column, including ones the access policy protects."
             )
+
+
+def refuse_row_counts(statement: exp.Expr, dialect: str) -> None:
+    """Keep the catalog's row counts and table sizes from an audience whose rows are filtered.
+
+    Decided once, as ``search_schema`` does (:mod:`agent_core.governance.catalog_access`):
+    where the policy filters rows of a table for the audience, how many rows it has is not
+    theirs to know. Here it holds for every table of the source, since a table's count also
+    shows in its indexes, sequences, partitions and TOAST table. The catalog views lose those
+    columns (``SELECT *`` leaves them out); naming one, or a size function, is refused.
+    """
+    withheld = restrict_catalog_columns(statement, dialect, ROW_COUNT_COLUMNS)
+    for node in statement.walk():
+        if isinstance(node, exp.Column) and fold(node.name) in withheld:
+            named = node.name
+        elif isinstance(node, exp.Anonymous) and fold(node.name) in ROW_COUNT_FUNCTIONS:
+            named = f"{node.name}()"
+        else:
+            continue
+        raise AccessDenied(
+            f"{named} is not available for this data source: it counts or sizes table rows, "
+            "and the access policy filters the rows of some tables here."
+        )
 
 
 # --- CTEs -------------------------------------------------------------------------------------
@@ -219,12 +262,21 @@ def _filtered_source(
     condition = _row_condition(view, dialect)
     if condition is not None:
         select.set("where", exp.Where(this=condition))
+        _fence(select, dialect)
     outer_alias = table.args.get("alias")
     alias = outer_alias.copy() if outer_alias else exp.TableAlias(this=table.this.copy())
     wrapper = exp.Subquery(this=select, alias=alias)
     if table.args.get("pivots"):
         wrapper.set("pivots", [pivot.copy() for pivot in table.args["pivots"]])
     return wrapper
+
+
+def _fence(select: exp.Select, dialect: str) -> None:
+    """Keep the planner from evaluating outer expressions before the filter (module doc)."""
+    if dialect == "mysql":
+        select.set("limit", exp.Limit(expression=exp.Literal.number(_MYSQL_NO_LIMIT)))
+    else:
+        select.set("offset", exp.Offset(expression=exp.Literal.number(0)))
 
 
 def _row_condition(view: TableView, dialect: str) -> exp.Expr | None:

@@ -111,6 +111,7 @@ async def query_conversation_data(
             row_cap=max_rows,
             byte_cap=byte_cap,
             timeout_s=timeout_s,
+            redact_values=False,  # the asker's own uploads and the demo data: nothing to hide
         )
     capped = capped_result(result, byte_cap)
     record_query(
