@@ -1,0 +1,72 @@
+"""Configuration that fails closed: a misspelt key of a data source, a source named like the bundled
+demo data, a monitor naming a metric or platform that does not exist all stop start-up with a
+message naming what is wrong and what is valid -- never a source opened wider than configured."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from gateway.config import load_settings
+from gateway.startup_checks import verify_monitors_file
+from tests.serve_process import BA_AGENT, clean_env, free_port
+from tests.test_semantic import build_duckdb
+
+MONITORS = """\
+monitors:
+  - name: gmv-watch
+    metric: {metric}
+    cron: "0 9 * * *"
+    platform: {platform}
+    workspace: T1
+    channel: C0OPS
+    creator: U0OPS
+"""
+
+
+def ba_agent(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [BA_AGENT, *args], env=clean_env(tmp_path, DATABASE_URL=f"sqlite:///{tmp_path / 'svc.db'}", **env),
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def warehouse(tmp_path: Path) -> str:
+    path = tmp_path / "dwh.duckdb"
+    build_duckdb(path)
+    return f"duckdb://{path}"
+
+
+def test_a_misspelt_data_source_key_stops_the_tool_naming_it_and_the_valid_ones(tmp_path: Path) -> None:
+    sources = {"dwh": {"url": warehouse(tmp_path), "allowed_chanels": ["C1"], "rowcap": 5}}
+    query = json.dumps({"source": "dwh", "sql": "SELECT count(*) AS n FROM orders"})
+    ran = ba_agent(tmp_path, "tool", "run", "sql_query", "--json", query, "--platform", "slack", "--user", "U1",
+                   BA_DATASOURCES=json.dumps(sources))  # fmt: skip
+    assert ran.returncode == 2 and ran.stdout == ""  # nothing was read
+    assert "BA_DATASOURCES: Data source 'dwh': unknown setting 'allowed_chanels'" in ran.stderr
+    assert "unknown setting 'rowcap'" in ran.stderr and "allowed_channels" in ran.stderr and "row_cap" in ran.stderr
+    assert "Value error" not in ran.stderr and "pydantic" not in ran.stderr
+
+
+def test_a_source_named_demo_is_refused(tmp_path: Path) -> None:
+    sources = json.dumps({"demo": warehouse(tmp_path)})
+    ran = ba_agent(tmp_path, "tool", "run", "list_tables", "--json", "{}", BA_DATASOURCES=sources)
+    assert ran.returncode == 2
+    assert "Data source 'demo'" in ran.stderr and "bundled demo data" in ran.stderr and "Value error" not in ran.stderr
+
+
+def test_serve_refuses_a_monitors_file_naming_an_unknown_metric_or_platform(tmp_path: Path) -> None:
+    for metric, platform, expected in (
+        ("gmvv", "slack", "no metric 'gmvv' is defined (metrics: "),
+        ("gmv", "teams", "no chat platform is called 'teams' (platforms: "),
+    ):
+        monitors = tmp_path / f"monitors-{metric}-{platform}.yaml"
+        monitors.write_text(MONITORS.format(metric=metric, platform=platform))
+        served = ba_agent(tmp_path, "serve", "--port", str(free_port()), BA_MONITORS_FILE=str(monitors))
+        assert served.returncode == 2, served.stderr
+        assert "BA_MONITORS_FILE: monitor 'gmv-watch': " + expected in served.stderr
+    # The same file with a defined metric and a known platform passes the checks.
+    good = tmp_path / "monitors.yaml"
+    good.write_text(MONITORS.format(metric="gmv", platform="slack"))
+    verify_monitors_file(load_settings(_env_file=None, BA_DATA_DIR=str(tmp_path / "data"), BA_MONITORS_FILE=str(good)))
