@@ -6,12 +6,24 @@ from __future__ import annotations
 
 import json
 import subprocess
+import urllib.request
+import uuid
 from pathlib import Path
 
+import psycopg
+import pytest
+
+from agent_core.data.access import SourceAccess
+from agent_core.data.availability import SourceChecks
+from agent_core.data.source_config import DataSourceConfig
+from agent_core.run_context import RunContext
+from agent_core.tools.base import ToolError
+from agent_core.tools.sql import SqlQueryInput, SqlQueryTool
 from gateway.config import load_settings
 from gateway.startup_checks import verify_monitors_file
-from tests.serve_process import BA_AGENT, clean_env, free_port
+from tests.serve_process import BA_AGENT, clean_env, free_port, start, stop, wait_healthy
 from tests.test_semantic import build_duckdb
+from tests.test_sources import PG_URL
 
 MONITORS = """\
 monitors:
@@ -70,3 +82,53 @@ def test_serve_refuses_a_monitors_file_naming_an_unknown_metric_or_platform(tmp_
     good = tmp_path / "monitors.yaml"
     good.write_text(MONITORS.format(metric="gmv", platform="slack"))
     verify_monitors_file(load_settings(_env_file=None, BA_DATA_DIR=str(tmp_path / "data"), BA_MONITORS_FILE=str(good)))
+
+
+# --- a source whose database cannot be reached at start-up ---------------------------------------
+
+UNREACHABLE = "postgresql://ba_reader@127.0.0.1:1/test"  # nothing listens on port 1
+
+
+def test_a_source_that_cannot_be_checked_is_unavailable_with_a_clear_message(tmp_path: Path) -> None:
+    sources = json.dumps({"dwh": UNREACHABLE})
+    query = json.dumps({"source": "dwh", "sql": "SELECT 1 AS one FROM orders"})
+    ran = ba_agent(tmp_path, "tool", "run", "sql_query", "--json", query, "--platform", "slack", "--user", "U1",
+                   BA_DATASOURCES=sources)  # fmt: skip
+    assert ran.returncode == 1, ran.stderr
+    message = json.loads(ran.stdout)["error"]["message"]
+    assert message.startswith("The data source 'dwh' is unavailable right now: its database could not be reached")
+
+    port = free_port()
+    served = start(clean_env(tmp_path, BA_DATASOURCES=sources), port, tmp_path)
+    try:
+        wait_healthy(port)  # one database down does not keep the bot from starting
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
+            ready = json.loads(resp.read())
+    finally:
+        log = stop(served)
+    assert ready["sources"]["dwh"].startswith("unavailable: its database could not be reached")
+    assert "stays unavailable until the check passes" in log
+
+
+async def test_an_unavailable_source_opens_once_its_check_passes(tmp_path: Path) -> None:
+    """Checked again when next used (at most every 30 s): no restart needed once the database is back."""
+    now = [0.0]
+    checks = SourceChecks(clock=lambda: now[0])
+    role = f"ba_late_{uuid.uuid4().hex[:8]}"  # the database refuses this login until it exists
+    cfg = DataSourceConfig(name="dwh", url=f"postgresql://{role}@127.0.0.1:5432/test")
+    tool = SqlQueryTool(access=SourceAccess({"dwh": cfg}, checks=checks))
+    ctx = RunContext(thread_id="t", data_dir=tmp_path, channel="D1", user="U1", is_dm=True)
+    args = SqlQueryInput(source="dwh", sql="SELECT 41 + 1 AS answer")
+    with pytest.raises(ToolError, match="is unavailable right now"):
+        await tool.run(args, ctx)
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        with pytest.raises(ToolError, match="is unavailable right now"):  # not checked again at once
+            await tool.run(args, ctx)
+        now[0] += 31
+        assert (await tool.run(args, ctx)).rows == [[42]]
+        assert checks.status(["dwh"]) == {"dwh": "available"}
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"DROP ROLE {role}")

@@ -5,6 +5,7 @@ analytics and charts, monitor runs).
 
 One query on that path, in this order:
 
+0. the source must have passed its privilege check in this process (`agent_core.data.availability`);
 1. the access policy: the source must be open to the asker's audience, and the SQL is rewritten
    so it reads only what that audience may (`agent_core.governance.enforce`); a refusal here,
    or by the SQL guard, is recorded as ``refused`` and nothing runs;
@@ -27,6 +28,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent_core.config import SQL_DIALECTS
+from agent_core.data.availability import SOURCE_CHECKS, SourceChecks
 from agent_core.data.duckdb_engine import QueryResult
 from agent_core.data.errors import QueryTimeout, UnsafeSQLError
 from agent_core.data.source_config import DataSourceConfig
@@ -97,8 +99,10 @@ class SourceAccess:
         policy: AccessPolicy | None = None,
         audit: AuditTrail | None = None,
         budget: RowBudget | None = None,
+        checks: SourceChecks = SOURCE_CHECKS,
     ) -> None:
         self.datasources = dict(datasources or {})
+        self.checks = checks  # which sources passed their privilege check
         self.policy = policy
         self.audit = audit
         self.budget = budget if budget is not None else (audit.budget if audit is not None else None)
@@ -136,6 +140,7 @@ class SourceAccess:
         Raises the data layer's errors: `AccessDenied`, `UnsafeSQLError`, `DailyRowLimitReached`,
         `AuditUnavailable`, `BudgetUnavailable`, and the queries' own.
         """
+        await self.checks.ensure(cfg)  # never a source whose role was not checked to only read
         loop = asyncio.get_running_loop()
         identity = Identity.of(ctx)
 

@@ -26,6 +26,7 @@ from agent_core.data.access import (
     SourceQueryResult,
     governed_source_query,
 )
+from agent_core.data.availability import SourceUnavailable
 from agent_core.data.demo import DEMO_CATALOG, demo_database_path
 from agent_core.data.duckdb_engine import QueryResult, run_duckdb_query
 from agent_core.data.errors import (
@@ -87,6 +88,8 @@ def data_errors() -> Iterator[None]:
         raise ToolError(str(exc), ErrorType.PERMISSION_DENIED, code="DAILY_ROW_LIMIT", retry_after_s=retry_after) from exc
     except AuditUnavailable as exc:
         raise ToolError(str(exc), ErrorType.RESOURCE_ERROR, code="AUDIT_UNAVAILABLE") from exc
+    except SourceUnavailable as exc:
+        raise ToolError(str(exc), ErrorType.RESOURCE_ERROR, code="SOURCE_UNAVAILABLE") from exc
     except QueryTimeout as exc:
         raise ToolError(str(exc), ErrorType.TIMEOUT) from exc
     except TableNotFound as exc:
