@@ -78,7 +78,7 @@ async def readyz(request: web.Request) -> web.Response:
         # Reported, not required: a source down is unavailable alone, the bot still answers.
         from agent_core.data.availability import SOURCE_CHECKS
 
-        SOURCE_CHECKS.recheck_due(sources.values())
+        SOURCE_CHECKS.recheck_due(sources.values(), runtime.settings.access_policy)
         body["sources"] = SOURCE_CHECKS.status(sources)
     # Reported, not required: accepted events wait durably while a worker restarts.
     if (workers := request.app[WORKERS]) is not None:

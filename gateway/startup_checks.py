@@ -29,6 +29,35 @@ def verify_start_up(settings: Settings) -> None:
         verify_sources(settings.datasources, logging.getLogger("gateway.datasources"))
     except PrivilegedSourceError as exc:
         raise StartupError(f"BA_DATASOURCES: {exc}") from None
+    verify_policy_names(settings)
+
+
+def verify_policy_names(settings: Settings) -> None:
+    """The tables and columns ``BA_ACCESS_POLICY`` names exist in their sources (a misspelt one
+    would leave the real one open); views, child tables and partitions reading a protected table
+    without being listed are logged at WARNING. A source that cannot be reached now is checked
+    before its first use instead (`agent_core.data.availability`)."""
+    policy = settings.access_policy
+    if policy is None:
+        return
+    from agent_core.data.errors import DataError
+    from agent_core.governance.policy_catalog import check_policy_names
+
+    log = logging.getLogger("gateway.datasources")
+    errors: list[str] = []
+    for name, governed in policy.sources.items():
+        cfg = settings.datasources.get(name)
+        if cfg is None:
+            continue
+        try:
+            check = check_policy_names(cfg, governed)
+        except DataError:
+            continue
+        errors += check.errors
+        for warning in check.warnings:
+            log.warning("BA_ACCESS_POLICY: %s", warning)
+    if errors:
+        raise ConfigError("BA_ACCESS_POLICY: " + "; ".join(errors))
 
 
 def verify_semantic_layer(settings: Settings) -> None:

@@ -10,13 +10,14 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import duckdb
 import psycopg
 import pytest
 
 from agent_core.data.access import SourceAccess
-from agent_core.data.availability import SourceChecks
+from agent_core.data.availability import REVALIDATE_AFTER_S, SourceChecks
 from agent_core.data.source_config import DataSourceConfig
-from agent_core.run_context import RunContext
+from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.tools.base import ToolError
 from agent_core.tools.sql import SqlQueryInput, SqlQueryTool
 from gateway.config import load_settings
@@ -132,3 +133,72 @@ async def test_an_unavailable_source_opens_once_its_check_passes(tmp_path: Path)
     finally:
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f"DROP ROLE {role}")
+
+
+# --- the access policy's names against the catalog ------------------------------------------------
+
+POLICY = """\
+groups:
+  east_sales: [slack:U01EAST]
+sources:
+  dwh:
+    groups: [east_sales, default]
+    tables:
+      {table}:
+        row_filters:
+          east_sales: "region = 'East'"
+        hidden_columns: [{column}]
+"""
+
+
+def policy_file(tmp_path: Path, table: str = "orders", column: str = "customer_id") -> str:
+    path = tmp_path / f"access-{table}-{column}.yaml"
+    path.write_text(POLICY.format(table=table, column=column))
+    return str(path)
+
+
+def test_serve_refuses_a_policy_naming_a_table_or_column_the_source_lacks(tmp_path: Path) -> None:
+    sources = json.dumps({"dwh": warehouse(tmp_path)})
+    for table, column, expected in (
+        ("order", "customer_id", "source 'dwh' has no table 'order' (did you mean main.orders, orders?)"),
+        ("orders", "customer", "table 'orders' of source 'dwh' has no column 'customer' (its columns: id, "),
+    ):
+        served = ba_agent(tmp_path, "serve", "--port", str(free_port()),
+                          BA_DATASOURCES=sources, BA_ACCESS_POLICY=policy_file(tmp_path, table, column))  # fmt: skip
+        assert served.returncode == 2, served.stderr
+        assert "BA_ACCESS_POLICY: " + expected in served.stderr
+
+
+def test_serve_warns_of_a_view_that_reads_a_protected_table(tmp_path: Path) -> None:
+    url = warehouse(tmp_path)
+    with duckdb.connect(url.removeprefix("duckdb://")) as conn:
+        conn.execute("CREATE VIEW east_orders AS SELECT * FROM orders WHERE region = 'East'")
+    port = free_port()
+    served = start(clean_env(tmp_path, BA_DATASOURCES=json.dumps({"dwh": url}), BA_ACCESS_POLICY=policy_file(tmp_path)),
+                   port, tmp_path)  # fmt: skip
+    try:
+        wait_healthy(port)
+    finally:
+        log = stop(served)
+    assert "the view main.east_orders of source 'dwh' reads the protected table 'orders'" in log
+
+
+async def test_a_source_whose_catalog_no_longer_matches_the_policy_is_closed_when_checked_again(tmp_path: Path) -> None:
+    url = warehouse(tmp_path)
+    settings = load_settings(_env_file=None, BA_DATA_DIR=str(tmp_path / "data"), BA_DATASOURCES=json.dumps({"dwh": url}),
+                             BA_ACCESS_POLICY=policy_file(tmp_path))  # fmt: skip
+    now = [0.0]
+    checks = SourceChecks(clock=lambda: now[0])
+    tool = SqlQueryTool(access=SourceAccess(settings.datasources, settings.access_policy, checks=checks))
+    ctx = RunContext(thread_id="t", data_dir=tmp_path, channel="D1", user="U01EAST", is_dm=True,
+                     chat=ChatOrigin(platform="slack", workspace="T1"))  # fmt: skip
+    count = SqlQueryInput(source="dwh", sql="SELECT count(*) AS n FROM orders_2026")
+    with duckdb.connect(url.removeprefix("duckdb://")) as conn:
+        conn.execute("CREATE TABLE orders_2026 AS SELECT * FROM orders")
+        every = conn.execute("SELECT count(*) FROM orders").fetchall()
+    assert (await tool.run(count, ctx)).rows == [list(row) for row in every]  # not protected: every row
+    with duckdb.connect(url.removeprefix("duckdb://")) as conn:  # the protected table is renamed
+        conn.execute("ALTER TABLE orders RENAME TO orders_old")
+    now[0] += REVALIDATE_AFTER_S
+    with pytest.raises(ToolError, match="names what it lacks: source 'dwh' has no table 'orders'"):
+        await tool.run(count, ctx)

@@ -140,7 +140,9 @@ class SourceAccess:
         Raises the data layer's errors: `AccessDenied`, `UnsafeSQLError`, `DailyRowLimitReached`,
         `AuditUnavailable`, `BudgetUnavailable`, and the queries' own.
         """
-        await self.checks.ensure(cfg)  # never a source whose role was not checked to only read
+        # Never a source whose role was not checked to only read, or whose catalog lacks what
+        # the policy names.
+        await self.checks.ensure(cfg, self.policy.sources.get(cfg.name) if self.policy is not None else None)
         loop = asyncio.get_running_loop()
         identity = Identity.of(ctx)
 
