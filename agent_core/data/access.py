@@ -190,7 +190,7 @@ class _Attempt:
         timeout_s: float | None,
         byte_cap: int,
     ) -> SourceQueryResult:
-        from agent_core.data.sources import query_source  # database drivers load on first use
+        from agent_core.data.sources import DEFAULT_ROW_CAP, query_source  # drivers load on first use
 
         access, cfg, identity = self._access, self._cfg, self._identity
         try:
@@ -201,9 +201,12 @@ class _Attempt:
         except (AccessDenied, UnsafeSQLError) as exc:
             self.error = type(exc).__name__
             raise
+        except Exception as exc:  # e.g. a protected table's columns could not be read
+            self.outcome, self.error = "failed", type(exc).__name__
+            raise
         self.sql = enforced.sql
         reservation: Reservation | None = None
-        wanted = _smallest(row_cap, cfg.row_cap)
+        wanted = _smallest(row_cap, cfg.row_cap, DEFAULT_ROW_CAP)  # what the executor would return at most
         if access.budget is not None:
             try:
                 reservation = on_loop(access.budget.reserve(identity.platform, identity.user, wanted))
@@ -232,7 +235,7 @@ class _Attempt:
         governed = SourceQueryResult(
             **result.model_dump(), access_note=enforced.note, policy_shaped=enforced.note is not None
         )
-        if reservation is not None and result.truncated and (wanted is None or reservation.granted < wanted):
+        if reservation is not None and result.truncated and reservation.granted < wanted:
             cut = (
                 f"only {reservation.granted:,} rows were read: the rest of the asker's daily row limit "
                 "(resets at 00:00 UTC)"
@@ -260,7 +263,6 @@ class _Attempt:
         )
 
 
-def _smallest(*caps: int | None) -> int | None:
-    given = [cap for cap in caps if cap is not None]
-    return min(given) if given else None
+def _smallest(*caps: int | None) -> int:
+    return min(cap for cap in caps if cap is not None)
 
