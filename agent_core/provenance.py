@@ -47,6 +47,7 @@ class ProvenanceWords(BaseModel):
     queries: str  # {queries}
     sql_title: str
     sql_cut: str  # {chars}
+    policy_shaped: str  # the access policy filtered rows or hid columns of the answer
 
     @classmethod
     def of(cls, language: Language) -> ProvenanceWords:
@@ -73,6 +74,7 @@ class ProvenanceWords(BaseModel):
             queries=t(language, "from {queries} queries"),
             sql_title=t(language, "SQL behind this answer"),
             sql_cut=t(language, "-- (cut here: {chars} more characters)"),
+            policy_shaped=t(language, "Limited by the access policy to what may be shown here"),
         )
 
 
@@ -106,6 +108,8 @@ class DataAccess(BaseModel):
     - ``rows``: rows returned to the model; ``truncated``: more existed beyond a cap.
     - ``sql``: the SQL as executed, after any access-policy rewrite.
     - ``call_id``: the tool call that ran it (calls running together record in call order).
+    - ``policy_shaped``: the access policy shaped the result (a row filter applied, columns
+      hidden); the posted line says so.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -119,6 +123,7 @@ class DataAccess(BaseModel):
     truncated: bool = False
     sql: str
     call_id: str = ""
+    policy_shaped: bool = False
 
 
 class Provenance(BaseModel):
@@ -175,6 +180,8 @@ class Provenance(BaseModel):
         if self.freshness:
             parts.append(f"{words.as_of} {self.freshness}")
         parts.append(self._rows(words))
+        if any(a.policy_shaped for a in self.accesses):
+            parts.append(words.policy_shaped)
         return " · ".join(parts)
 
     def sql_listing(self, words: ProvenanceWords = ENGLISH, max_chars: int | None = None) -> str:
@@ -227,6 +234,7 @@ def record_query(
     metrics: Sequence[str] = (),
     period: TimeRange | None = None,
     call_id: str = "",
+    policy_shaped: bool = False,
 ) -> None:
     """Append the access of ``result`` (a query run on ``source`` by tool call ``call_id``) to
     ``accesses``.
@@ -256,6 +264,7 @@ def record_query(
             truncated=result.truncated,
             sql=result.sql,
             call_id=call_id,
+            policy_shaped=policy_shaped,
         )
     )
 

@@ -74,6 +74,12 @@ async def readyz(request: web.Request) -> web.Response:
     states = {name: s.model_dump(mode="json") for name, s in connections.items() if s is not None}
     ok = all(s is None or s.state == "connected" for s in connections.values())
     body = {"ok": ok, "database": "ok", "connections": states}
+    if sources := runtime.settings.datasources:
+        # Reported, not required: a source down is unavailable alone, the bot still answers.
+        from agent_core.data.availability import SOURCE_CHECKS
+
+        SOURCE_CHECKS.recheck_due(sources.values(), runtime.settings.access_policy)
+        body["sources"] = SOURCE_CHECKS.status(sources)
     # Reported, not required: accepted events wait durably while a worker restarts.
     if (workers := request.app[WORKERS]) is not None:
         body["workers"] = {"ready": workers.ready, "configured": workers.count}

@@ -1,5 +1,5 @@
-"""`ba-agent audit`: the data-access audit trail (who queried which source, the SQL as it ran,
-rows, duration, approval, conversation and tool call), newest last.
+"""`ba-agent audit`: the data-access audit trail (who tried to query which source, with what
+outcome, the SQL as it ran, rows, duration, approval, conversation and tool call), newest last.
 
 The database layer is imported inside the command, so registering it costs the others nothing.
 """
@@ -30,6 +30,9 @@ def register(commands: Any) -> None:
     )
     audit.add_argument("--user", help="only this user id (or platform:user, e.g. slack:U01EAST)")
     audit.add_argument("--source", help="only this data source")
+    audit.add_argument(
+        "--outcome", choices=("succeeded", "failed", "timed_out", "refused"), help="only attempts with this outcome"
+    )
     audit.add_argument("--limit", type=int, default=100, help="the latest N records (default 100)")
     audit.set_defaults(func=_audit)
 
@@ -63,7 +66,9 @@ def _audit(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import DBAPIError
 
     try:
-        entries = asyncio.run(_read(settings.effective_database_url, since, args.user, args.source, args.limit))
+        entries = asyncio.run(
+            _read(settings.effective_database_url, since, args.user, args.source, args.outcome, args.limit)
+        )
     except DBAPIError as exc:
         print(f"ba-agent: cannot read the audit trail ({exc.orig}); is the database migrated? (ba-agent db upgrade)",
               file=sys.stderr)  # fmt: skip
@@ -71,30 +76,34 @@ def _audit(args: argparse.Namespace) -> int:
     for entry in entries:
         print(format_entry(entry))
     if not entries:
-        print("(no data access recorded" + (" matching these filters)" if since or args.user or args.source else ")"))
+        filtered = since or args.user or args.source or args.outcome
+        print("(no data access recorded" + (" matching these filters)" if filtered else ")"))
     return 0
 
 
 async def _read(
-    database_url: str, since: datetime | None, user: str | None, source: str | None, limit: int
+    database_url: str, since: datetime | None, user: str | None, source: str | None, outcome: Any, limit: int
 ) -> list[AuditEntry]:
     from agent_core.governance.audit import read_audit
     from agent_core.store.db import create_engine, session_factory
 
     engine = create_engine(database_url)
     try:
-        return await read_audit(session_factory(engine), since=since, user=user, source=source, limit=limit)
+        return await read_audit(
+            session_factory(engine), since=since, user=user, source=source, outcome=outcome, limit=limit
+        )
     finally:
         await engine.dispose()
 
 
 def format_entry(entry: AuditEntry) -> str:
-    """One record: a line of who, where, what and how much, then the SQL as it ran."""
+    """One record: a line of the outcome, who, where, what and how much, then the SQL as it ran."""
     who = f"{entry.platform}:{entry.user_id}" if entry.platform else entry.user_id
     where = f" in {entry.channel}" if entry.channel else ""
     approval = f"  approval {entry.approval_id}" if entry.approval_id else ""
+    outcome = f"{entry.outcome} ({entry.error})" if entry.error else entry.outcome
     head = (
-        f"{entry.accessed_at:%Y-%m-%d %H:%M:%S}Z  {who}{where}  {entry.source}  {entry.tool}  "
+        f"{entry.accessed_at:%Y-%m-%d %H:%M:%S}Z  {outcome:<9}  {who}{where}  {entry.source}  {entry.tool}  "
         f"{entry.row_count} rows  {entry.duration_ms:.0f} ms{approval}  "
         f"thread {entry.thread_id}  call {entry.tool_call_id}"
     )

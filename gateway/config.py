@@ -146,4 +146,5 @@ def _problem(err: Any, env_name: Callable[[str], str]) -> str:
     """"NAME: message" for one validation error; a check across fields names its variables
     in its message."""
     field = ".".join(str(part) for part in err["loc"])
-    return f"{env_name(field)}: {err['msg']}" if field else err["msg"]
+    message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's label for a check's own message
+    return f"{env_name(field)}: {message}" if field else message

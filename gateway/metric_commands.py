@@ -89,7 +89,9 @@ def _query(args: argparse.Namespace) -> int:
 
     async def run() -> MetricQueryResult:
         async with service_audit(settings) as audit:  # recorded like any read of a source
-            return await QueryMetricTool(settings, audit).run(query, ctx)
+            from agent_core.tools.catalog import source_access
+
+            return await QueryMetricTool(settings, source_access(settings, audit)).run(query, ctx)
 
     try:
         result = asyncio.run(run())

@@ -138,14 +138,18 @@ class MonitorRunner:
     async def _metric_cubes(self) -> MetricCubes:
         if self._cubes is None:
             from agent_core.data.demo import demo_database_path, ensure_demo_database
-            from agent_core.tools.catalog import audit_trail
+            from agent_core.tools.catalog import audit_trail, source_access
             from agent_core.tools.metric_cubes import MetricCubes
 
             # The demo metrics read the demo database, which a process without the agent's
             # tools (no model configured) has not built.
             await asyncio.to_thread(ensure_demo_database, demo_database_path(self._config.data_dir))
-            self._cubes = MetricCubes(self._config, audit_trail(self._config, self._sessions))
+            access = source_access(self._config, audit_trail(self._config, self._sessions))
+            self._cubes = MetricCubes(self._config, access, tool=MONITOR_TOOL)  # audited as the monitor's reads
         return self._cubes
+
+
+MONITOR_TOOL = "monitor"  # the tool name a monitor run's source reads are audited under
 
 
 def _run_context(monitor: Monitor, config: AgentConfig) -> RunContext:

@@ -138,7 +138,7 @@ class Scheduler(RunOnceCron):
     async def _cleanup(self, fire_time: datetime) -> None:
         await cleanup_data_files(self._engine, self._data_dir, self.config.cleanup, now=fire_time)
         await self.forget_runs(before=fire_time - self.config.run_retention)
-        await prune_audit(self._sessions, before=fire_time - self.config.audit_retention)
+        await prune_audit(self._sessions, self.config.audit_retention, fire_time)
 
     async def _mark_idle(self, fire_time: datetime) -> None:
         # Imported here: the agent's hooks load only in processes that answer.

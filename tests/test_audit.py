@@ -17,9 +17,11 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_core.config import AgentConfig
+from agent_core.data.access import SourceAccess
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.governance.audit import AuditTrail, DataAccess, read_audit
 from agent_core.governance.audit_table import create_audit_table
+from agent_core.governance.budget import RowBudget
 from agent_core.governance.loader import load_policy
 from agent_core.governance.policy import AccessPolicy
 from agent_core.messages import ToolUseBlock
@@ -137,7 +139,7 @@ async def test_query_metric_and_describe_table_are_recorded_too(
     sessions = session_factory(audit_engine)
     audit = AuditTrail(sessions)
     describe = DescribeTableTool(config.datasources, access_policy=config.access_policy, audit=audit)
-    registry = ToolRegistry([QueryMetricTool(config, audit), describe])
+    registry = ToolRegistry([QueryMetricTool(config, SourceAccess(config.datasources, config.access_policy, audit)), describe])
     east = as_person(tmp_path, "U01EAST")
     seen = await call(registry, east, "toolu_m", "query_metric", metrics=["gmv"], group_by=["region"])
     assert "East" in seen and "West" not in seen
@@ -161,7 +163,9 @@ async def test_a_failed_audit_write_withholds_the_data(
                       source="dwh", sql="SELECT region, amount FROM orders")  # fmt: skip
     assert "AUDIT_UNAVAILABLE" in seen and "could not be recorded" in seen and "result is withheld" in seen
     assert "East" not in seen and "West" not in seen
-    # With a daily row limit, the query does not even run: today's use cannot be read.
+    # With a daily row limit whose budget cannot be read, the query does not even run.
+    async with audit_engine.begin() as conn:
+        await conn.execute(text("DROP TABLE data_row_budget"))
     limited = sql_tools(warehouse, policy, AuditTrail(session_factory(audit_engine), daily_rows=100))
     seen = await call(limited, as_person(tmp_path, "U02FIN"), "toolu_y", "sql_query",
                       source="dwh", sql="SELECT region, amount FROM orders")  # fmt: skip
@@ -181,7 +185,8 @@ async def test_the_daily_row_limit_caps_then_refuses_with_a_clear_message(
     refused = await call(registry, east, "c3", "sql_query", source="dwh", sql=sql)
     assert "You have used today's 50 rows of warehouse data; the limit resets at 00:00 UTC" in refused
     assert "DAILY_ROW_LIMIT" in refused and "East" not in refused
-    assert [e.row_count for e in await read_audit(sessions, user="slack:U01EAST")] == [40, 10]
+    recorded = await read_audit(sessions, user="slack:U01EAST")
+    assert [(e.row_count, e.outcome) for e in recorded] == [(40, "succeeded"), (10, "succeeded"), (0, "refused")]
     # Another user has their own allowance.
     assert "West" in await call(registry, finance, "c4", "sql_query", source="dwh", sql=sql)
 
@@ -200,18 +205,17 @@ async def test_the_service_tool_set_records_and_limits_as_configured(
     assert "At least 5 rows" in five
     refused = await call(registry, ctx, "c2", "query_metric", metrics=["orders"], source="dwh")
     assert "You have used today's 5 rows of warehouse data" in refused
-    assert [(e.tool, e.row_count) for e in await read_audit(sessions)] == [("sql_query", 5)]
+    recorded = [(e.tool, e.row_count, e.outcome) for e in await read_audit(sessions)]
+    assert recorded == [("sql_query", 5, "succeeded"), ("query_metric", 0, "refused")]
 
 
 async def test_yesterdays_rows_do_not_count_against_today(audit_engine: AsyncEngine) -> None:
     sessions = session_factory(audit_engine)
     now = datetime(2026, 12, 8, 9, 30, tzinfo=UTC)
-    yesterday = AuditTrail(sessions, clock=lambda: now - timedelta(hours=10))  # 23:30 the day before
-    await yesterday.record(access("U1", rows=900))
-    today = AuditTrail(sessions, daily_rows=1000, clock=lambda: now)
-    assert await today.rows_left("slack", "U1") == 1000
-    await today.record(access("U1", rows=999))
-    assert await today.rows_left("slack", "U1") == 1
+    yesterday = RowBudget(sessions, 1000, clock=lambda: now - timedelta(hours=10))  # 23:30 the day before
+    await yesterday.settle(await yesterday.reserve("slack", "U1", 900), 900)
+    today = RowBudget(sessions, 1000, clock=lambda: now)
+    assert (await today.reserve("slack", "U1", None)).granted == 1000
 
 
 def access(user: str, *, rows: int = 1, source: str = "dwh", sql: str = "SELECT 1") -> DataAccess:
@@ -223,7 +227,7 @@ def access(user: str, *, rows: int = 1, source: str = "dwh", sql: str = "SELECT 
 
 async def test_retention_cleanup_prunes_only_old_records(audit_engine: AsyncEngine, tmp_path: Path) -> None:
     sessions = session_factory(audit_engine)
-    now = datetime(2026, 12, 8, 10, 17, tzinfo=UTC)
+    now = datetime.now(UTC)  # on PostgreSQL the database's own clock decides what is old
     await AuditTrail(sessions, clock=lambda: now - timedelta(days=31)).record(access("OLD"))
     await AuditTrail(sessions, clock=lambda: now - timedelta(days=29)).record(access("RECENT"))
     inbox = Inbox(audit_engine)

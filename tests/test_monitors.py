@@ -229,5 +229,6 @@ async def test_a_monitor_reads_its_source_with_its_creators_permissions(
         run = await runner.run("dwh-gmv", at)
         assert run.period == "2026-02-09"
         audited = await read_audit(sessions)
-        assert {(e.user_id, e.source, e.thread_id) for e in audited} == {("U0OPS", "dwh", "monitor-dwh-gmv")}
+        recorded = {(e.user_id, e.source, e.thread_id, e.tool) for e in audited}
+        assert recorded == {("U0OPS", "dwh", "monitor-dwh-gmv", "monitor")}  # under its own name, not query_metric
     assert out.getvalue() == ""

@@ -308,4 +308,5 @@ async def test_the_recorded_sql_is_the_sql_the_access_policy_let_run(tmp_path: P
     assert "region = 'East'" in access.sql  # what ran, not what the model wrote
     assert provenance.summary_line() == (
         "Source: dwh (orders) · Period: 2026-01-03 to 2026-01-03 · Data as of 2026-01-03 · 1 row"
+        " · Limited by the access policy to what may be shown here"  # the row filter shaped it
     )

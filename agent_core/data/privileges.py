@@ -38,6 +38,7 @@ from typing import Any
 
 import psycopg
 
+from agent_core.data.availability import SOURCE_CHECKS, UNREACHABLE
 from agent_core.data.errors import DataError, DataSourceConfigError, QueryFailed
 from agent_core.data.source_config import DataSourceConfig, _sqlalchemy_url
 from agent_core.data.sources import _mysql_connection, _postgres_connection
@@ -141,8 +142,9 @@ def verify_sources(
     :class:`PrivilegedSourceError`, whose message names each refused source, its privileges
     and how to create a read-only role.
 
-    A source that cannot be reached is logged at WARNING and skipped (the bot still starts
-    when one database is down), or refused when ``strict`` is true.
+    A source that cannot be reached is logged at WARNING and stays unavailable until its check
+    passes (`agent_core.data.availability`; the bot still starts when one database is down), or
+    is refused when ``strict`` is true.
 
     Returns the problems of the sources that were accepted despite them (overridden ones).
     """
@@ -154,16 +156,19 @@ def verify_sources(
         try:
             problems = check_source_privileges(cfg)
         except DataError as error:
+            SOURCE_CHECKS.mark_unavailable(cfg.name, UNREACHABLE)
             if strict:
                 refused[cfg.name] = [f"its privileges could not be checked ({error})"]
             else:
                 log.warning(
-                    "data source %r: could not check its database privileges (%s); it is "
-                    "used without that check",
+                    "data source %r: could not check its database privileges (%s); it stays "
+                    "unavailable until the check passes (tried again when it is next used)",
                     cfg.name,
                     error,
                 )
             continue
+        if not problems or cfg.allow_privileged:
+            SOURCE_CHECKS.mark_passed(cfg.name)
         if not problems:
             continue
         if cfg.allow_privileged:

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent_core.data.errors import DataSourceConfigError, DataSourceNotAllowed
 
@@ -23,8 +23,16 @@ SourceKind = Literal["postgresql", "mysql", "duckdb"]
 _NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 
+# Refused as a source name: the bundled demo data is the source ``demo`` of the metrics.
+RESERVED_NAMES = frozenset({"demo"})
+
+
 class DataSourceConfig(BaseModel):
     """One operator-configured data source."""
+
+    # An unknown key is a typo of a known one (``allowed_chanels``): ignoring it would open the
+    # source wider than configured.
+    model_config = ConfigDict(extra="forbid")
 
     name: str
     url: str
@@ -44,6 +52,8 @@ class DataSourceConfig(BaseModel):
             raise ValueError(
                 "the name must start with a lower-case letter and contain only a-z, 0-9, '_' or '-'"
             )
+        if name in RESERVED_NAMES:
+            raise ValueError(f"the name {name!r} is the bundled demo data's; choose another")
         return name
 
     @field_validator("url")
@@ -89,12 +99,18 @@ def parse_datasources(raw: str | None) -> dict[str, DataSourceConfig]:
         try:
             sources[name] = DataSourceConfig.model_validate({**settings, "name": name})
         except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
-                for e in error.errors()
-            )
+            problems = "; ".join(_problem(e) for e in error.errors())
             raise DataSourceConfigError(f"Data source {name!r}: {problems}") from error
     return sources
+
+
+def _problem(error: Any) -> str:
+    """One validation error of a source's settings, in words (no pydantic labels or links)."""
+    key = ".".join(str(p) for p in error["loc"]) or "value"
+    if error["type"] == "extra_forbidden":
+        valid = ", ".join(n for n in DataSourceConfig.model_fields if n != "name")
+        return f"unknown setting {key!r} (valid settings: {valid})"
+    return f"{key}: {str(error['msg']).removeprefix('Value error, ')}"
 
 
 def is_allowed(cfg: DataSourceConfig, channel: str | None, user: str | None) -> bool:

@@ -1,20 +1,18 @@
-"""The audit trail of data access, and the per-user daily row limit computed from it.
+"""The audit trail of data access: every attempt to read a configured data source, whatever
+became of it.
 
-Every query a tool runs on a configured data source is recorded in ``data_access_audit``
+Each query a tool tries on a configured source is recorded in ``data_access_audit``
 (`agent_core.governance.audit_table`): who asked (platform, user) and where (channel), the
-source, the SQL as it ran (after the access-policy rewrite), the rows the source returned, how
-long it took, the approval that allowed it, and the conversation and tool call it served. The
-tools record through `agent_core.tools.sql.audited_source_query`, the one governed query path.
+source, the tool, the SQL (as it ran after the access-policy rewrite, or as written when it was
+refused before), its outcome (succeeded, failed, timed_out, refused), the rows the source
+returned, how long it took, the approval that allowed it, and the conversation and tool call it
+served. The one path that records is `agent_core.data.access.SourceAccess`.
 
-Recording costs one INSERT per access, on the event loop's database connection. It is not
-best effort: when the INSERT fails, the query's result is withheld (`AuditUnavailable`), so no
-data reaches a conversation unaudited.
+Recording costs one INSERT per attempt. It is not best effort: when the INSERT fails, the
+query's result is withheld (`AuditUnavailable`), so no data reaches a conversation unaudited.
 
-``BA_USER_DAILY_ROWS`` limits the rows each user's queries may bring back per UTC day: the
-audit rows of that user since 00:00 UTC are summed (one indexed query per access, only when a
-limit is set). Rows *returned* are counted, not rows scanned: the databases do not report
-scanned rows cheaply. Each query is also capped at the rows left, so a user ends the day at
-most at the limit (queries running at the same moment may together pass it slightly).
+The daily row limit (``BA_USER_DAILY_ROWS``) lives beside it in the same service database
+(`agent_core.governance.budget`).
 
 sqlalchemy is imported inside the functions: a `tool run` over demo data never loads it.
 """
@@ -22,8 +20,8 @@ sqlalchemy is imported inside the functions: a `tool run` over demo data never l
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
@@ -34,7 +32,11 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import async_sessionmaker
     from sqlmodel.ext.asyncio.session import AsyncSession
 
+    from agent_core.governance.budget import RowBudget
+
 DEFAULT_LIST_LIMIT = 100
+Outcome = Literal["succeeded", "failed", "timed_out", "refused"]
+OUTCOMES: tuple[Outcome, ...] = ("succeeded", "failed", "timed_out", "refused")
 
 
 class DataAccess(BaseModel):
@@ -51,6 +53,8 @@ class DataAccess(BaseModel):
     thread_id: str
     tool_call_id: str
     approval_id: str | None = None
+    outcome: Outcome = "succeeded"
+    error: str | None = None  # the kind of error (QueryFailed, AccessDenied …); its text may carry values
 
 
 class AuditEntry(DataAccess):
@@ -65,36 +69,12 @@ class AuditUnavailable(DataError):
 
 
 WRITE_FAILED = (
-    "The query ran, but it could not be recorded in the data-access audit trail, so its result "
-    "is withheld. Try again shortly; if it keeps failing, an admin should check the service database."
+    "The query could not be recorded in the data-access audit trail, so its result is withheld. "
+    "Try again shortly; if it keeps failing, an admin should check the service database."
 )
-READ_FAILED = (
-    "Today's use of warehouse rows could not be read from the data-access audit trail, so the "
-    "query did not run. Try again shortly; if it keeps failing, an admin should check the service database."
-)
-
-
-class DailyRowLimitReached(DataError):
-    """The user has read their daily allowance of warehouse rows."""
-
-    def __init__(self, limit: int, resets_in: timedelta) -> None:
-        hours, rest = divmod(int(resets_in.total_seconds()), 3600)
-        super().__init__(
-            f"You have used today's {limit:,} rows of warehouse data; the limit resets at "
-            f"00:00 UTC (in {hours} h {rest // 60} min). Tell the user; an admin can raise it "
-            "(BA_USER_DAILY_ROWS)."
-        )
-        self.limit = limit
-        self.resets_in = resets_in
-
-
-def utc_midnight(now: datetime) -> datetime:
-    """The start of ``now``'s UTC day."""
-    return now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-
-
 class AuditTrail:
-    """Records data accesses and answers how many rows a user has left today."""
+    """Records attempts to read data sources, in the service database; ``daily_rows`` (the
+    limit per user and UTC day, None: none) gives it the row budget kept in the same database."""
 
     def __init__(
         self,
@@ -107,35 +87,14 @@ class AuditTrail:
         self.daily_rows = daily_rows
         self._clock = clock
 
-    async def rows_left(self, platform: str, user: str) -> int | None:
-        """Rows ``user`` may still read today (None: no limit); raises `DailyRowLimitReached`
-        when none are left, `AuditUnavailable` when the trail cannot be read."""
+    @property
+    def budget(self) -> RowBudget | None:
+        """The daily row budget in the same service database (None without a limit)."""
         if self.daily_rows is None:
             return None
-        from sqlalchemy import func, select
-        from sqlalchemy.exc import SQLAlchemyError
-        from sqlmodel import col
+        from agent_core.governance.budget import RowBudget
 
-        from agent_core.governance.audit_table import DataAccessAuditRow as Row
-
-        now = self._clock()
-        used_today = select(func.coalesce(func.sum(Row.row_count), 0)).where(
-            col(Row.platform) == platform, col(Row.user_id) == user, col(Row.accessed_at) >= utc_midnight(now)
-        )
-        try:
-            async with self._sessions() as session:
-                used = int((await (await session.connection()).execute(used_today)).scalar_one())
-        except (SQLAlchemyError, OSError) as exc:
-            raise AuditUnavailable(READ_FAILED) from exc
-        if used >= self.daily_rows:
-            raise self.limit_reached(now)
-        return self.daily_rows - used
-
-    def limit_reached(self, now: datetime | None = None) -> DailyRowLimitReached:
-        """The refusal for a user whose rows for today are used up (a limit must be set)."""
-        assert self.daily_rows is not None
-        now = now or self._clock()
-        return DailyRowLimitReached(self.daily_rows, utc_midnight(now) + timedelta(days=1) - now)
+        return RowBudget(self._sessions, self.daily_rows, clock=self._clock)
 
     async def record(self, access: DataAccess) -> None:
         """Append ``access``; raises `AuditUnavailable` if the database does not take it."""
@@ -162,9 +121,10 @@ async def read_audit(
     since: datetime | None = None,
     user: str | None = None,
     source: str | None = None,
+    outcome: Outcome | None = None,
     limit: int = DEFAULT_LIST_LIMIT,
 ) -> list[AuditEntry]:
-    """The latest ``limit`` recorded accesses matching the filters, oldest first.
+    """The latest ``limit`` recorded attempts matching the filters, oldest first.
 
     ``user`` is a user id, or ``platform:user`` for one platform's user.
     """
@@ -182,29 +142,33 @@ async def read_audit(
             query = query.where(col(Row.platform) == platform)
     if source is not None:
         query = query.where(col(Row.source) == source)
+    if outcome is not None:
+        query = query.where(col(Row.outcome) == outcome)
     async with sessions() as session:
         rows = (await session.exec(query)).all()
     return [AuditEntry.model_validate(row, from_attributes=True) for row in reversed(rows)]
 
 
-async def prune_audit(sessions: async_sessionmaker[AsyncSession], before: datetime) -> int:
-    """Delete the accesses recorded before ``before`` (the retention); returns how many.
+async def prune_audit(sessions: async_sessionmaker[AsyncSession], retention: timedelta, now: datetime) -> int:
+    """Delete the accesses recorded more than ``retention`` before ``now``; returns how many.
 
-    On PostgreSQL the transaction first declares its cut-off, the one DELETE the table's
-    append-only trigger lets through (see `agent_core.governance.audit_table`).
+    On PostgreSQL the retention is written to ``data_access_audit_retention`` (only the tables'
+    owner may) and the cut-off is the database's own clock, the same the table's trigger checks
+    each deleted row against (see `agent_core.governance.audit_table`).
     """
     from sqlalchemy import delete, text
     from sqlmodel import col
 
     from agent_core.governance.audit_table import DataAccessAuditRow as Row
 
+    days = max(1, -(-int(retention.total_seconds()) // 86400))
     async with sessions() as session:
         conn = await session.connection()
         if conn.dialect.name == "postgresql":
-            await conn.execute(
-                text("SELECT set_config('ba_agent.audit_prune_before', :before, true)"),
-                {"before": before.astimezone(UTC).isoformat()},
-            )
-        result = await conn.execute(delete(Row).where(col(Row.accessed_at) < before))
+            await conn.execute(text("UPDATE data_access_audit_retention SET days = :days WHERE id = 1"), {"days": days})
+            cut_off = text("now() - make_interval(days => :days)").bindparams(days=days)
+            result = await conn.execute(delete(Row).where(col(Row.accessed_at) < cut_off))
+        else:
+            result = await conn.execute(delete(Row).where(col(Row.accessed_at) < now - timedelta(days=days)))
         await session.commit()
     return int(result.rowcount)

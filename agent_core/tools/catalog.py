@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import async_sessionmaker
     from sqlmodel.ext.asyncio.session import AsyncSession
 
+    from agent_core.data.access import SourceAccess
     from agent_core.governance.audit import AuditTrail
     from agent_core.tools.base import Tool
 
@@ -28,11 +29,11 @@ class ToolEntry:
     class_name: str
     takes_sources: bool = False  # built with the operator's `BA_DATASOURCES`
     takes_config: bool = False  # built with the whole AgentConfig (e.g. BA_SEMANTIC_DIR too)
-    takes_audit: bool = False  # reads data from the sources: built with the audit trail
+    governed: bool = False  # reads data from the sources: built with the governed path (SourceAccess)
 
-    def build(self, config: AgentConfig, audit: AuditTrail | None = None) -> Tool:
+    def build(self, config: AgentConfig, access: SourceAccess | None = None) -> Tool:
         tool_class = getattr(importlib.import_module(self.module), self.class_name)
-        extra = {"audit": audit} if self.takes_audit else {}
+        extra = {"access": access} if self.governed else {}
         if self.takes_config:
             return tool_class(config, **extra)
         if self.takes_sources:  # the sources, and the access policy that governs them
@@ -43,14 +44,14 @@ class ToolEntry:
 
 
 STANDARD_TOOLS: tuple[ToolEntry, ...] = (
-    ToolEntry("sql_query", "agent_core.tools.sql", "SqlQueryTool", takes_sources=True, takes_audit=True),
+    ToolEntry("sql_query", "agent_core.tools.sql", "SqlQueryTool", takes_sources=True, governed=True),
     ToolEntry("list_tables", "agent_core.tools.data_tools", "ListTablesTool", takes_sources=True),
-    ToolEntry("describe_table", "agent_core.tools.data_tools", "DescribeTableTool", takes_sources=True, takes_audit=True),
+    ToolEntry("describe_table", "agent_core.tools.data_tools", "DescribeTableTool", takes_sources=True, governed=True),
     ToolEntry("list_metrics", "agent_core.tools.metric_tools", "ListMetricsTool", takes_config=True),
-    ToolEntry("query_metric", "agent_core.tools.metric_tools", "QueryMetricTool", takes_config=True, takes_audit=True),
-    ToolEntry("detect_anomalies", "agent_core.tools.analytics_tools", "DetectAnomaliesTool", takes_config=True, takes_audit=True),
-    ToolEntry("attribute_change", "agent_core.tools.analytics_tools", "AttributeChangeTool", takes_config=True, takes_audit=True),
-    ToolEntry("make_chart", "agent_core.tools.charts", "MakeChartTool", takes_config=True, takes_audit=True),
+    ToolEntry("query_metric", "agent_core.tools.metric_tools", "QueryMetricTool", takes_config=True, governed=True),
+    ToolEntry("detect_anomalies", "agent_core.tools.analytics_tools", "DetectAnomaliesTool", takes_config=True, governed=True),
+    ToolEntry("attribute_change", "agent_core.tools.analytics_tools", "AttributeChangeTool", takes_config=True, governed=True),
+    ToolEntry("make_chart", "agent_core.tools.charts", "MakeChartTool", takes_config=True, governed=True),
     ToolEntry("generate_report", "agent_core.tools.reports", "GenerateReportTool"),
     ToolEntry("ls", "agent_core.tools.files", "LsTool"),
     ToolEntry("read_file", "agent_core.tools.files", "ReadFileTool"),
@@ -67,11 +68,11 @@ def default_tools(config: AgentConfig, sessions: async_sessionmaker[AsyncSession
     ``config.datasources`` are the operator-configured databases (``BA_DATASOURCES``); each
     tool enforces their channel/user allowlists per conversation. With ``sessions`` (the
     service database) and data sources, `search_schema` searches their stored catalog, and
-    every query on a source is recorded in the audit trail (`audit_trail`).
+    every query on a source takes one governed path, limited and audited (`source_access`).
     """
     ensure_demo_database(demo_database_path(config.data_dir))
-    audit = audit_trail(config, sessions) if sessions is not None else None
-    tools = [entry.build(config, audit) for entry in STANDARD_TOOLS]
+    access = source_access(config, audit_trail(config, sessions) if sessions is not None else None)
+    tools = [entry.build(config, access) for entry in STANDARD_TOOLS]
     if sessions is not None and config.datasources:
         from agent_core.tools.schema_tools import search_schema_tool
 
@@ -89,6 +90,14 @@ def audit_trail(config: AgentConfig, sessions: async_sessionmaker[AsyncSession])
     return AuditTrail(sessions, daily_rows=config.user_daily_rows)
 
 
+def source_access(config: AgentConfig, audit: AuditTrail | None) -> SourceAccess:
+    """The process's one governed path to the configured sources: their access policy, the
+    audit trail and the daily row budget it keeps (none without ``audit``)."""
+    from agent_core.data.access import SourceAccess
+
+    return SourceAccess(config.datasources, config.access_policy, audit)
+
+
 def build_tool(config: AgentConfig, name: str, audit: AuditTrail | None = None) -> Tool | None:
     """The standard tool called `name` alone (None if there is none), demo database included."""
     for entry in STANDARD_TOOLS:
@@ -97,7 +106,7 @@ def build_tool(config: AgentConfig, name: str, audit: AuditTrail | None = None) 
             # tool's modules import, off a one-shot command's start-up time.
             with ThreadPoolExecutor(max_workers=1) as pool:
                 demo = pool.submit(ensure_demo_database, demo_database_path(config.data_dir))
-                tool = entry.build(config, audit)
+                tool = entry.build(config, source_access(config, audit) if entry.governed else None)
                 demo.result()
             return tool
     return None

@@ -22,12 +22,12 @@ from pydantic import BaseModel, Field
 from sqlglot import exp
 
 from agent_core.config import SQL_DIALECTS
+from agent_core.data.access import SourceAccess
 from agent_core.data.demo import DEMO_CATALOG
 from agent_core.data.duckdb_engine import TableInfo, describe_table, list_tables
 from agent_core.data.errors import DataError, TableNotFound
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.governance.audience import Identity
-from agent_core.governance.columns import SourceColumns
 from agent_core.governance.enforce import is_source_open
 from agent_core.governance.policy import AccessPolicy
 from agent_core.run_context import RunContext
@@ -36,7 +36,6 @@ from agent_core.tools.sql import (
     DEFAULT_QUERY_TIMEOUT_S,
     SourceQueryResult,
     allowed_source,
-    audited_source_work,
     conversation_database,
     data_errors,
     demo_database,
@@ -233,25 +232,24 @@ class DescribeTableTool(Tool[DescribeTableInput]):
         query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S,
         access_policy: AccessPolicy | None = None,
         audit: AuditTrail | None = None,
+        access: SourceAccess | None = None,
     ) -> None:
-        self._datasources = dict(datasources or {})
+        # ``access``: the process's one governed path; without it, one over these sources.
+        self._access = access or SourceAccess(datasources, access_policy, audit)
         self._query_timeout_s = query_timeout_s
-        self._policy = access_policy
-        self._columns = SourceColumns()
-        self._audit = audit
 
     async def run(self, args: DescribeTableInput, ctx: RunContext) -> Any:
         name = args.table.strip()
         if ":" in name:
             source, _, rest = name.partition(":")
-            cfg = allowed_source(self._datasources, source.strip(), ctx)
-            require_open_source(self._policy, cfg.name, ctx)
+            cfg = allowed_source(self._access.datasources, source.strip(), ctx)
+            require_open_source(self._access.policy, cfg.name, ctx)
             schema, table = _split_qualified(rest)
-            return await audited_source_work(
-                ctx, cfg, self._policy, self._columns, self._audit,
-                lambda query: _profile_source_table(cfg, schema, table, query),
-                tool=self.name, timeout_s=self._query_timeout_s,
-            )  # fmt: skip
+            with data_errors():
+                return await self._access.run(
+                    ctx, cfg, lambda query: _profile_source_table(cfg, schema, table, query),
+                    tool=self.name, timeout_s=self._query_timeout_s,
+                )  # fmt: skip
         schema, table = _split_qualified(name)
         if schema is not None and schema.lower() == DEMO_CATALOG:
             with data_errors():

@@ -30,7 +30,7 @@ from agent_core.tools.base import ErrorType, ToolError
 from agent_core.tools.metric_tools import MetricCatalog, MetricQueryResult, run_metric_query
 
 if TYPE_CHECKING:
-    from agent_core.governance.audit import AuditTrail
+    from agent_core.data.access import SourceAccess
     from agent_core.tools.approval_gate import PlannedQuery
 
 _T = TypeVar("_T")
@@ -72,11 +72,13 @@ def time_column(grain: Grain) -> str:
 
 
 class MetricCubes:
-    """The metric catalog of one tool, and the cubes computed from it."""
+    """The metric catalog of one tool (or monitor run), and the cubes computed from it; its
+    source reads are audited under ``tool``."""
 
-    def __init__(self, config: AgentConfig | None, audit: AuditTrail | None = None) -> None:
+    def __init__(self, config: AgentConfig | None, access: SourceAccess | None = None, *, tool: str) -> None:
         # A tool built without the configuration (on its own, in a test) has the demo metrics.
-        self._catalog = MetricCatalog(config or AgentConfig.model_construct(), audit)
+        self._catalog = MetricCatalog(config or AgentConfig.model_construct(), access)
+        self._tool = tool
 
     async def series(
         self, ctx: RunContext, metric: str, source: str | None, query: MetricQuery, *, max_rows: int
@@ -170,8 +172,9 @@ class MetricCubes:
     ) -> MetricQueryResult:
         # A cube row is a few keys and numbers: 1 kB a row bounds the bytes generously.
         result = await run_metric_query(
-            self._catalog, semantics, query, ctx, row_cap=max_rows, byte_cap=max_rows * 1000, metrics=metrics
-        )
+            self._catalog, semantics, query, ctx,
+            row_cap=max_rows, byte_cap=max_rows * 1000, metrics=metrics, tool=self._tool,
+        )  # fmt: skip
         if result.truncated:
             raise ToolError(
                 f"The metric's aggregated result has more than {max_rows:,} rows. Use fewer or coarser "

@@ -25,15 +25,15 @@ from agent_core.tools.sql import (
     DEFAULT_BYTE_CAP,
     DEFAULT_QUERY_TIMEOUT_S,
     allowed_source,
-    audited_source_query,
     capped_result,
+    data_errors,
     query_conversation_data,
     require_open_source,
     usable_sources,
 )
 
 if TYPE_CHECKING:
-    from agent_core.governance.audit import AuditTrail
+    from agent_core.data.access import SourceAccess
 
 DEFAULT_ROW_CAP = 1000
 
@@ -79,16 +79,18 @@ class QueryMetricInput(MetricQuery):
 class MetricCatalog:
     """The semantic layer as one conversation may use it (the sources its channel/user may read)."""
 
-    def __init__(self, config: AgentConfig, audit: AuditTrail | None = None) -> None:
-        from agent_core.governance.columns import SourceColumns
+    def __init__(self, config: AgentConfig, access: SourceAccess | None = None) -> None:
+        from agent_core.data.access import SourceAccess
         from agent_core.semantic.loader import load_semantic_layer
 
-        self.datasources = dict(config.datasources)
+        # Metric SQL over a configured source takes the governed path like any other query:
+        # the access policy, the row budget, the audit trail (``access`` None: neither limited
+        # nor recorded, for a catalog built without the service database).
+        self.access = access or SourceAccess(config.datasources, config.access_policy)
+        self.datasources = self.access.datasources
         self.layer: SemanticLayer = load_semantic_layer(config.semantic_dir, self.datasources)
-        # Metric SQL over a configured source obeys the access policy like any other query.
-        self.policy = config.access_policy
-        self.columns = SourceColumns()
-        self.audit = audit  # each query on a configured source is recorded (and row-limited)
+        self.policy = self.access.policy
+        self.columns = self.access.columns
 
     def usable(self, ctx: RunContext) -> list[SourceSemantics]:
         open_here = {name for name in usable_sources(self.datasources, ctx) if self._policy_opens(name, ctx)}
@@ -163,8 +165,8 @@ class QueryMetricTool(Tool[QueryMetricInput]):
     idempotent = True
     concurrency_safe = True
 
-    def __init__(self, config: AgentConfig, audit: AuditTrail | None = None) -> None:
-        self._catalog = MetricCatalog(config, audit)
+    def __init__(self, config: AgentConfig, access: SourceAccess | None = None) -> None:
+        self._catalog = MetricCatalog(config, access)
 
     async def plan_query(self, args: QueryMetricInput, ctx: RunContext) -> PlannedQuery | None:
         """What the call would run on a configured source (the approval gate asks this); None
@@ -197,11 +199,13 @@ async def run_metric_query(
     row_cap: int | None = None,
     byte_cap: int = DEFAULT_BYTE_CAP,
     metrics: list[str] | None = None,
+    tool: str = "query_metric",
 ) -> MetricQueryResult:
     """Compile ``query`` and run it on its source through the guarded read-only path.
 
-    Push-down analytics pass their own caps (a cube, not an answer) and the metrics they
-    compute when ``query`` names per-period helpers (see `agent_core.semantic.pushdown`)."""
+    Push-down analytics pass their own caps (a cube, not an answer), the metrics they compute
+    when ``query`` names per-period helpers (see `agent_core.semantic.pushdown`) and their own
+    name (``tool``), which the audit trail records."""
     from agent_core.semantic.compiler import compile_metric_query
 
     try:
@@ -221,18 +225,10 @@ async def run_metric_query(
     else:
         cfg = allowed_source(catalog.datasources, semantics.source, ctx)
         require_open_source(catalog.policy, cfg.name, ctx)
-        governed = await audited_source_query(
-            ctx,
-            cfg,
-            compiled.sql,
-            catalog.policy,
-            catalog.columns,
-            catalog.audit,
-            tool=QueryMetricTool.name,
-            row_cap=row_cap,
-            timeout_s=DEFAULT_QUERY_TIMEOUT_S,
-            byte_cap=byte_cap,
-        )
+        with data_errors():
+            governed = await catalog.access.query(
+                ctx, cfg, compiled.sql, tool=tool, row_cap=row_cap, timeout_s=DEFAULT_QUERY_TIMEOUT_S, byte_cap=byte_cap
+            )
         access_note = governed.access_note
         result = capped_result(governed, byte_cap)
         record_query(
@@ -243,6 +239,7 @@ async def run_metric_query(
             metrics=metrics,
             period=period,
             call_id=ctx.tool_call_id,
+            policy_shaped=governed.policy_shaped,
         )
     return MetricQueryResult(
         source=semantics.source,

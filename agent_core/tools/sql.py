@@ -1,23 +1,32 @@
 """`sql_query`: one read-only SQL query over the demo data and the conversation's uploads, or
 over an operator-configured data source.
 
-Also home of the guarded query path other tools share (charts and reports run their SQL through
-:func:`query_conversation_data`) and of :func:`data_errors`, the one mapping from data-layer
-errors to tool errors.
+Also home of the guarded query path over the conversation's own data other tools share (charts
+and reports run their SQL through :func:`query_conversation_data`), of the checks that pick a
+configured source for a conversation, and of :func:`data_errors`, the one mapping from
+data-layer errors to tool errors. Configured sources are read through
+`agent_core.data.access.SourceAccess`, the governed, limited and audited path.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from agent_core.config import SQL_DIALECTS
+from agent_core.data.access import (
+    DEFAULT_BYTE_CAP,
+    DEFAULT_QUERY_TIMEOUT_S,
+    SourceAccess,
+    SourceQueryResult,
+    governed_source_query,
+)
+from agent_core.data.availability import SourceUnavailable
 from agent_core.data.demo import DEMO_CATALOG, demo_database_path
 from agent_core.data.duckdb_engine import QueryResult, run_duckdb_query
 from agent_core.data.errors import (
@@ -32,7 +41,8 @@ from agent_core.data.result_cap import cap_rows
 from agent_core.data.source_config import DataSourceConfig, is_allowed
 from agent_core.data.sql_guard import ensure_read_only
 from agent_core.governance.audience import Identity
-from agent_core.governance.audit import AuditUnavailable, DailyRowLimitReached, DataAccess
+from agent_core.governance.audit import AuditUnavailable
+from agent_core.governance.budget import DailyRowLimitReached
 from agent_core.governance.columns import SourceColumns
 from agent_core.governance.enforce import enforce, require_source
 from agent_core.governance.errors import AccessDenied
@@ -47,8 +57,8 @@ if TYPE_CHECKING:
     from agent_core.governance.audit import AuditTrail
 
 MAX_SQL_CHARS = 20_000
-DEFAULT_BYTE_CAP = 1_000_000
-DEFAULT_QUERY_TIMEOUT_S = 30.0
+# Re-exported: the tools' modules and the adversarial tests name them here.
+__all__ = ["DEFAULT_BYTE_CAP", "DEFAULT_QUERY_TIMEOUT_S", "SourceQueryResult", "governed_source_query"]
 
 
 def conversation_database(deps: RunDeps) -> Path:
@@ -78,6 +88,8 @@ def data_errors() -> Iterator[None]:
         raise ToolError(str(exc), ErrorType.PERMISSION_DENIED, code="DAILY_ROW_LIMIT", retry_after_s=retry_after) from exc
     except AuditUnavailable as exc:
         raise ToolError(str(exc), ErrorType.RESOURCE_ERROR, code="AUDIT_UNAVAILABLE") from exc
+    except SourceUnavailable as exc:
+        raise ToolError(str(exc), ErrorType.RESOURCE_ERROR, code="SOURCE_UNAVAILABLE") from exc
     except QueryTimeout as exc:
         raise ToolError(str(exc), ErrorType.TIMEOUT) from exc
     except TableNotFound as exc:
@@ -137,135 +149,6 @@ def capped_result(result: QueryResult, byte_cap: int) -> QueryResult:
     if not cut:
         return result
     return result.model_copy(update={"rows": rows, "row_count": len(rows), "truncated": True})
-
-
-class SourceQueryResult(QueryResult):
-    """Rows of a configured source; ``access_note`` says how the access policy limited them
-    (the pipeline shows it to the model, to pass on to the asker)."""
-
-    access_note: str | None = None
-
-
-def governed_source_query(
-    cfg: DataSourceConfig,
-    sql: str,
-    identity: Identity,
-    policy: AccessPolicy | None,
-    columns: SourceColumns,
-    *,
-    row_cap: int | None,
-    timeout_s: float | None = None,
-    byte_cap: int = DEFAULT_BYTE_CAP,
-) -> SourceQueryResult:
-    """Run ``sql`` on ``cfg`` as the people who will read the answer may see it (blocking).
-
-    The access policy rewrites the query first (`agent_core.governance.enforce`); every data
-    path over a configured source goes through here or through ``enforce`` itself.
-    """
-    from agent_core.data.sources import query_source  # database drivers load on first use
-
-    enforced = enforce(
-        sql, cfg.name, SQL_DIALECTS[cfg.kind], identity, policy=policy, columns=columns.lookup(cfg)
-    )
-    result = query_source(cfg, enforced.sql, row_cap=row_cap, timeout_s=timeout_s, byte_cap=byte_cap)
-    return SourceQueryResult(**result.model_dump(), access_note=enforced.note)
-
-
-SourceQuery = Callable[[str, int | None], SourceQueryResult]  # (sql, row_cap) → rows, blocking
-T = TypeVar("T")
-
-
-async def audited_source_query(
-    ctx: RunContext,
-    cfg: DataSourceConfig,
-    sql: str,
-    policy: AccessPolicy | None,
-    columns: SourceColumns,
-    audit: AuditTrail | None,
-    *,
-    tool: str,
-    row_cap: int | None,
-    timeout_s: float | None = None,
-    byte_cap: int = DEFAULT_BYTE_CAP,
-) -> SourceQueryResult:
-    """`governed_source_query` for one tool call, limited and audited (see `audited_source_work`)."""
-    return await audited_source_work(
-        ctx, cfg, policy, columns, audit, lambda query: query(sql, row_cap),
-        tool=tool, timeout_s=timeout_s, byte_cap=byte_cap,
-    )  # fmt: skip
-
-
-async def audited_source_work(
-    ctx: RunContext,
-    cfg: DataSourceConfig,
-    policy: AccessPolicy | None,
-    columns: SourceColumns,
-    audit: AuditTrail | None,
-    work: Callable[[SourceQuery], T],
-    *,
-    tool: str,
-    timeout_s: float | None = None,
-    byte_cap: int = DEFAULT_BYTE_CAP,
-) -> T:
-    """Run ``work`` in a worker thread; each query it makes through the ``query`` it is given
-    is governed (`governed_source_query`), limited and audited. The path every tool takes to a
-    configured source: sql_query, query_metric and push-down analytics (`run_metric_query`),
-    describe_table.
-
-    Before the queries, the asker's daily row limit (``BA_USER_DAILY_ROWS``): none left refuses
-    the call, and each query reads at most the rows left. After them, one audit record per query
-    (who, where, the source, the SQL as executed, rows, duration, approval, thread and tool
-    call). When a record cannot be written the result is withheld: the call fails closed, and
-    no data reaches the conversation unaudited. Without ``audit`` (no service database: library
-    use, tests) nothing is limited or recorded.
-
-    Raises ToolError (see :func:`data_errors`): permission_denied ``DAILY_ROW_LIMIT``,
-    resource_error ``AUDIT_UNAVAILABLE``, and the queries' own errors.
-    """
-    identity = Identity.of(ctx)
-    ran: list[DataAccess] = []
-    with data_errors():
-        left = await audit.rows_left(identity.platform, identity.user) if audit is not None else None
-
-        def query(sql: str, row_cap: int | None) -> SourceQueryResult:
-            allowance = None  # set when the rows left today cap this query below its own cap
-            if left is not None and audit is not None:
-                remaining = left - sum(access.row_count for access in ran)
-                if remaining <= 0:
-                    raise audit.limit_reached()
-                if row_cap is None or remaining < row_cap:
-                    row_cap = allowance = remaining
-            started = time.perf_counter()
-            result = governed_source_query(
-                cfg, sql, identity, policy, columns, row_cap=row_cap, timeout_s=timeout_s, byte_cap=byte_cap
-            )
-            ran.append(
-                DataAccess(
-                    platform=identity.platform,
-                    user_id=identity.user,
-                    channel=identity.channel,
-                    source=cfg.name,
-                    tool=tool,
-                    sql=result.sql,
-                    row_count=result.row_count,
-                    duration_ms=(time.perf_counter() - started) * 1000,
-                    thread_id=ctx.thread_id,
-                    tool_call_id=ctx.tool_call_id,
-                    approval_id=ctx.approval_id,
-                )
-            )
-            if allowance is not None and result.truncated:
-                cut = f"only {allowance:,} rows were read: the rest of the asker's daily row limit (resets at 00:00 UTC)"
-                note = f"{result.access_note} Also {cut}." if result.access_note else f"{cut[0].upper()}{cut[1:]}."
-                result = result.model_copy(update={"access_note": note})
-            return result
-
-        try:
-            return await asyncio.to_thread(work, query)
-        finally:  # what ran is recorded even when the work failed afterwards
-            if audit is not None:
-                for access in ran:
-                    await audit.record(access)
 
 
 async def plan_source_query(
@@ -379,21 +262,21 @@ class SqlQueryTool(Tool):
         query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S,
         access_policy: AccessPolicy | None = None,
         audit: AuditTrail | None = None,
+        access: SourceAccess | None = None,
     ) -> None:
-        self._datasources = dict(datasources or {})
+        # ``access``: the process's one governed path; without it, one over these sources.
+        self._access = access or SourceAccess(datasources, access_policy, audit)
         self._byte_cap = byte_cap
         self._query_timeout_s = query_timeout_s
-        self._policy = access_policy
-        self._columns = SourceColumns()
-        self._audit = audit
 
     async def plan_query(self, args: SqlQueryInput, ctx: RunContext) -> PlannedQuery | None:
         """What the call would run on a configured source (the approval gate asks this);
         None for the uploads and demo data."""
-        cfg = self._datasources.get(args.source) if args.source is not None else None
+        access = self._access
+        cfg = access.datasources.get(args.source) if args.source is not None else None
         if cfg is None:
             return None
-        return await plan_source_query(cfg, args.sql, ctx, self._policy, self._columns)
+        return await plan_source_query(cfg, args.sql, ctx, access.policy, access.columns)
 
     async def run(self, args: SqlQueryInput, ctx: RunContext) -> Any:
         if args.source is None:
@@ -404,22 +287,25 @@ class SqlQueryTool(Tool):
                 byte_cap=self._byte_cap,
                 timeout_s=self._query_timeout_s,
             )
-        cfg = allowed_source(self._datasources, args.source, ctx)
+        cfg = allowed_source(self._access.datasources, args.source, ctx)
         # The source's own row cap and statement timeout still apply if they are smaller.
-        result = await audited_source_query(
-            ctx,
-            cfg,
-            args.sql,
-            self._policy,
-            self._columns,
-            self._audit,
-            tool=self.name,
-            row_cap=args.max_rows,
-            timeout_s=self._query_timeout_s,
-            byte_cap=self._byte_cap,
-        )
+        with data_errors():
+            result = await self._access.query(
+                ctx,
+                cfg,
+                args.sql,
+                tool=self.name,
+                row_cap=args.max_rows,
+                timeout_s=self._query_timeout_s,
+                byte_cap=self._byte_cap,
+            )
         capped = capped_result(result, self._byte_cap)
         record_query(
-            ctx.turn.data_used, capped, source=cfg.name, dialect=SQL_DIALECTS[cfg.kind], call_id=ctx.tool_call_id
+            ctx.turn.data_used,
+            capped,
+            source=cfg.name,
+            dialect=SQL_DIALECTS[cfg.kind],
+            call_id=ctx.tool_call_id,
+            policy_shaped=result.policy_shaped,
         )
         return capped

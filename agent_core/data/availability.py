@@ -1,0 +1,137 @@
+"""Which configured sources have passed their privilege check in this process.
+
+A source is used only once its database role has been checked to be able to only read
+(`agent_core.data.privileges`) and, when the access policy governs it, the tables and columns
+the policy names have been found in its catalog (`agent_core.governance.policy_catalog`). The
+check runs at start-up (`verify_sources`); a source whose
+database could not be reached then is *unavailable*, not used unchecked: a query on it is
+refused with a clear message, and the check is tried again when the source is next used (at
+most every ``RECHECK_AFTER_S``), so the source opens by itself once its database is back and the
+check passes. A process that did not run the start-up check (a worker, `tool run`) checks each
+source before its first query.
+
+One registry per process (`SOURCE_CHECKS`): the start-up check, every `SourceAccess` and
+``/readyz`` share it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from agent_core.data.errors import DataError
+from agent_core.data.source_config import DataSourceConfig
+
+if TYPE_CHECKING:
+    from agent_core.governance.policy import AccessPolicy, SourcePolicy
+
+RECHECK_AFTER_S = 30.0
+# A passed check is repeated after this long: a catalog that changed since (a protected table
+# renamed) closes the source in every process, without telling the processes.
+REVALIDATE_AFTER_S = 3600.0
+UNREACHABLE = "its database could not be reached to check that the bot's role can only read it"
+PRIVILEGED = "its database role can do more than read (see the service's start-up log)"
+
+
+class SourceUnavailable(DataError):
+    """The source has not passed its privilege check (yet), so it is not used."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(
+            f"The data source {name!r} is unavailable right now: {reason}. Try again in a few "
+            "minutes; if it stays unavailable, an admin should check the database."
+        )
+
+
+class SourceChecks:
+    """The privilege-check state of each source: passed, or unavailable with a reason."""
+
+    def __init__(self, *, recheck_after_s: float = RECHECK_AFTER_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self._passed: dict[str, float] = {}  # name → when it passed
+        self._unavailable: dict[str, tuple[str, float]] = {}  # name → (reason, when checked)
+        self._recheck_after_s = recheck_after_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._running: dict[str, asyncio.Task[None]] = {}  # background re-checks (`recheck_due`)
+
+    def mark_passed(self, name: str) -> None:
+        with self._lock:
+            self._passed[name] = self._clock()
+            self._unavailable.pop(name, None)
+
+    def mark_unavailable(self, name: str, reason: str) -> None:
+        with self._lock:
+            self._passed.pop(name, None)
+            self._unavailable[name] = (reason, self._clock())
+
+    def status(self, names: Iterable[str]) -> dict[str, str]:
+        """``available``, ``unavailable: <reason>`` or ``not checked yet``, per source name."""
+        shown: dict[str, str] = {}
+        for name in names:
+            if name in self._passed:
+                shown[name] = "available"
+            elif name in self._unavailable:
+                shown[name] = f"unavailable: {self._unavailable[name][0]}"
+            else:
+                shown[name] = "not checked yet"
+        return shown
+
+    def due(self, name: str) -> bool:
+        """True when ``name`` has not passed and its last check is old enough to try again, or
+        passed long enough ago to be checked again."""
+        passed = self._passed.get(name)
+        if passed is not None:
+            return self._clock() - passed >= REVALIDATE_AFTER_S
+        checked = self._unavailable.get(name)
+        return checked is None or self._clock() - checked[1] >= self._recheck_after_s
+
+    def check(self, cfg: DataSourceConfig, governed: SourcePolicy | None = None) -> None:
+        """Run the checks of ``cfg`` now (blocking) and remember the verdict."""
+        from agent_core.data.privileges import check_source_privileges
+
+        try:
+            problems = check_source_privileges(cfg)
+            if problems and not cfg.allow_privileged:
+                self.mark_unavailable(cfg.name, PRIVILEGED)
+                return
+            if governed is not None:
+                from agent_core.governance.policy_catalog import check_policy_names
+
+                errors = check_policy_names(cfg, governed).errors
+                if errors:
+                    reason = f"the access policy (BA_ACCESS_POLICY) names what it lacks: {'; '.join(errors)}"
+                    self.mark_unavailable(cfg.name, reason)
+                    return
+        except DataError:
+            self.mark_unavailable(cfg.name, UNREACHABLE)
+            return
+        self.mark_passed(cfg.name)
+
+    async def ensure(self, cfg: DataSourceConfig, governed: SourcePolicy | None = None) -> None:
+        """Return when ``cfg`` has passed its checks (checking again when due); raise
+        `SourceUnavailable` otherwise. ``governed``: the policy of the source, if any."""
+        if self.due(cfg.name):
+            await asyncio.to_thread(self.check, cfg, governed)  # a second caller meanwhile checks too: harmless
+        if cfg.name not in self._passed:
+            reason = self._unavailable.get(cfg.name, (UNREACHABLE, 0.0))[0]
+            raise SourceUnavailable(cfg.name, reason)
+
+    def recheck_due(self, configs: Iterable[DataSourceConfig], policy: AccessPolicy | None = None) -> None:
+        """Start, in the background, the check of every source of ``configs`` that is due
+        (for ``/readyz``, which reports the state without waiting for a database)."""
+        for cfg in configs:
+            if self.due(cfg.name) and cfg.name not in self._running:
+                governed = policy.sources.get(cfg.name) if policy is not None else None
+                self._running[cfg.name] = asyncio.create_task(self._check_in_thread(cfg, governed))
+
+    async def _check_in_thread(self, cfg: DataSourceConfig, governed: SourcePolicy | None) -> None:
+        try:
+            await asyncio.to_thread(self.check, cfg, governed)
+        finally:
+            self._running.pop(cfg.name, None)
+
+
+SOURCE_CHECKS = SourceChecks()
