@@ -78,6 +78,7 @@ class Hit:
     leaves: np.ndarray  # indices of the (active) leaves it covers
     score: float  # net evidence in nats
     selected: bool
+    shift: float = 1.0  # the fitted k: actual over baseline of its leaves
 
 
 class Cube:
@@ -143,15 +144,33 @@ def _robust_scale(x: np.ndarray) -> float:
 @dataclass(frozen=True)
 class _Noise:
     """Per-leaf noise model of the actual/baseline ratio: where normal leaves sit (``centre``),
-    how far they scatter (``sigma``), and the squared standardized residual beyond which a
-    leaf is better taken for an outlier than for noise (``cap2``)."""
+    how far they scatter (``sigma``), the squared standardized residual beyond which a leaf is
+    better taken for an outlier than for noise (``cap2``), and the granularity of a shift
+    relative to the leaf (``grain``: one unit of the metric over the leaf's baseline)."""
 
     centre: np.ndarray
     sigma: np.ndarray
     cap2: np.ndarray
+    grain: np.ndarray
 
     def take(self, idx: np.ndarray) -> _Noise:
-        return _Noise(self.centre[idx], self.sigma[idx], self.cap2[idx])
+        return _Noise(self.centre[idx], self.sigma[idx], self.cap2[idx], self.grain[idx])
+
+    def with_grain(self, grain: np.ndarray) -> _Noise:
+        return _Noise(self.centre, self.sigma, self.cap2, grain)
+
+
+def _shift_var(k: np.ndarray, noise: _Noise, cfg: AttributionConfig) -> np.ndarray:
+    """Variance of a leaf's ratio under "its element moved by ``k``": the forecast noise
+    (scaled by ``k``), a jitter of the shift itself (``tolerance * |k - 1|``), and the
+    granularity of the shift: a metric made of units (orders, visits) moves by whole units, as
+    if each kept a share ``k`` of them (or gained ``k - 1`` more), so a leaf of a few units
+    cannot show a 40 % drop; its variance is ``grain * |k - 1| * min(k, 1)``."""
+    return (
+        (k * noise.sigma) ** 2
+        + (cfg.ripple_tolerance * (k - 1.0)) ** 2
+        + noise.grain * np.abs(k - 1.0) * np.minimum(k, 1.0)
+    )
 
 
 def _noise_model(ratio: np.ndarray, size: np.ndarray, normal: np.ndarray, cfg: AttributionConfig) -> _Noise:
@@ -200,7 +219,7 @@ def _noise_model(ratio: np.ndarray, size: np.ndarray, normal: np.ndarray, cfg: A
         sel = here & normal
         if sel.sum() >= 50:
             model[here] = fit(sel)
-    return _Noise(model[:, 0].copy(), model[:, 1].copy(), model[:, 2].copy())
+    return _Noise(model[:, 0].copy(), model[:, 1].copy(), model[:, 2].copy(), np.zeros(len(ratio)))
 
 
 def _grouped_median(ids: np.ndarray, x: np.ndarray, w: np.ndarray, n: int, by_x: np.ndarray) -> np.ndarray:
@@ -227,7 +246,7 @@ def _leaf_loss(ratio: np.ndarray, k: np.ndarray, noise: _Noise, cfg: Attribution
     centre, sigma, cap2 = noise.centre, noise.sigma, noise.cap2
     finite_k = np.isfinite(k)
     kf = np.where(finite_k, k, 1.0)
-    scale2 = (kf * sigma) ** 2 + (cfg.ripple_tolerance * (kf - 1.0)) ** 2
+    scale2 = _shift_var(kf, noise, cfg)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         z2 = (ratio - kf * centre) ** 2 / scale2 + np.log(scale2 / sigma**2)
     finite_r = np.isfinite(ratio)
@@ -248,7 +267,7 @@ def _fit_shifts(
     w = np.where(finite, weight, 0.0)
     k0 = _grouped_median(ids, r / noise.centre, w, n, by_x)
     k0_leaf = np.where(np.isfinite(k0), k0, 1.0)[ids]
-    scale = np.hypot(k0_leaf * noise.sigma, cfg.ripple_tolerance * (k0_leaf - 1.0))
+    scale = np.sqrt(_shift_var(k0_leaf, noise, cfg))
     inside = finite & (np.abs(r - k0_leaf * noise.centre) <= cfg.outlier_cap * scale)
     wi = np.where(inside, w, 0.0)
     num = np.bincount(ids, weights=wi * noise.centre * r, minlength=n)
@@ -331,7 +350,7 @@ def _search(
         used.add(dims)
         active[leaves] = False
     chosen = _prune(chosen, ratio, noise, null, cuboid_price, cfg)
-    selected = [Hit(c.dims, cube.values(c.dims, c.eid), c.leaves, 0.5 * c.net, True) for c in chosen]
+    selected = [Hit(c.dims, cube.values(c.dims, c.eid), c.leaves, 0.5 * c.net, True, c.k) for c in chosen]
     names = {(h.dims, h.values) for h in selected}
     ranked = sorted(pool.items(), key=lambda kv: -kv[1])[: cfg.max_candidates]
     candidates = [
@@ -434,6 +453,29 @@ def _clearly_shifted(
     return out
 
 
+def _granularity(f: np.ndarray, ratio: np.ndarray, noise: _Noise, hits: list[Hit], cfg: AttributionConfig) -> np.ndarray:
+    """Per-leaf ``grain`` (the metric's unit over the leaf's baseline), the unit learnt from
+    the leaves of the asserted elements: the one, on a grid from 0 to a few median leaves,
+    under which their ratios are likeliest. Whole units show where small leaves of a moved
+    element stayed put or fell to zero while the large ones moved by the element's shift;
+    a metric that moves smoothly gets 0 (no granularity)."""
+    live = f > 0
+    parts = [(h.leaves[live[h.leaves]], h.shift) for h in hits if np.isfinite(h.shift) and h.shift != 1.0]
+    if not parts:
+        return np.zeros(len(f))
+    idx = np.concatenate([leaves for leaves, _ in parts])
+    if len(idx) < 10:
+        return np.zeros(len(f))
+    k = np.concatenate([np.full(len(leaves), shift) for leaves, shift in parts])
+    at = noise.take(idx)
+    inverse = 1.0 / f[idx]
+    median = float(np.median(f[live]))
+    grid = [0.0, *(median * 10.0 ** np.linspace(-4.0, 0.5, 10))]
+    losses = [float(_leaf_loss(ratio[idx], k, at.with_grain(unit * inverse), cfg).sum()) for unit in grid]
+    unit = grid[int(np.argmin(losses))]
+    return np.where(live, unit / np.where(live, f, 1.0), 0.0)
+
+
 def localize(cube: Cube, f: np.ndarray, v: np.ndarray, cfg: AttributionConfig) -> tuple[list[Hit], list[Hit]]:
     """Root causes of ``v`` deviating from ``f`` (non-negative per-leaf baseline and actual).
 
@@ -458,14 +500,16 @@ def localize(cube: Cube, f: np.ndarray, v: np.ndarray, cfg: AttributionConfig) -
     screened = live & ~_clearly_shifted(cube, ratio, rough.sigma, live, cuboids, cfg)
     keep = max(3, int(0.1 * live.sum()))
     normal = screened
+    grain = np.zeros(len(f))
     answers: list[set[tuple[tuple[int, ...], tuple[int, ...]]]] = []
     for _pass in range(cfg.max_passes):
-        noise = _noise_model(ratio, size, normal, cfg)
+        noise = _noise_model(ratio, size, normal, cfg).with_grain(grain)
         selected, candidates = _search(cube, ratio, f, noise, usable, cuboids, cfg)
         answer = {(hit.dims, hit.values) for hit in selected}
         if answer in answers:
             break
         answers.append(answer)
+        grain = _granularity(f, ratio, noise, selected, cfg)
         normal = screened.copy()
         for hit in sorted(selected, key=lambda h: -h.score):
             left = normal.copy()
