@@ -162,12 +162,14 @@ class _Noise:
 
 def _shift_var(k: np.ndarray, noise: _Noise, cfg: AttributionConfig) -> np.ndarray:
     """Variance of a leaf's ratio under "its element moved by ``k``": the forecast noise
-    (scaled by ``k``), a jitter of the shift itself (``tolerance * |k - 1|``), and the
+    (scaled by ``k`` for a rise; a drop is not taken to make the leaves more precise than
+    the noise, which would let any large element gain from a slight drop of its noisy
+    leaves' scale), a jitter of the shift itself (``tolerance * |k - 1|``), and the
     granularity of the shift: a metric made of units (orders, visits) moves by whole units, as
     if each kept a share ``k`` of them (or gained ``k - 1`` more), so a leaf of a few units
     cannot show a 40 % drop; its variance is ``grain * |k - 1| * min(k, 1)``."""
     return (
-        (k * noise.sigma) ** 2
+        (np.maximum(k, 1.0) * noise.sigma) ** 2
         + (cfg.ripple_tolerance * (k - 1.0)) ** 2
         + noise.grain * np.abs(k - 1.0) * np.minimum(k, 1.0)
     )
