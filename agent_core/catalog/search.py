@@ -14,6 +14,8 @@ own audience may see of the tables found.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import TypeVar
@@ -26,6 +28,8 @@ from agent_core.catalog.bm25 import Bm25Index, Hit, weighted_terms
 from agent_core.catalog.examples import VerifiedExample
 from agent_core.catalog.metrics import MetricDocument
 from agent_core.catalog.models import CatalogTable
+from agent_core.catalog.joins import Join, find_joins
+from agent_core.catalog.ranking import Group, rank_groups
 from agent_core.catalog.refresh import refresh_catalog
 from agent_core.catalog.store import CatalogStore
 from agent_core.catalog.text import terms
@@ -40,6 +44,10 @@ MAX_EXAMPLES = 3
 MAX_METRICS = 5
 RETRY_UNREADABLE = timedelta(minutes=5)  # a source never read is tried again after this
 Item = TypeVar("Item")
+PREFIX_MIN = 4  # shortest abbreviation matched as a prefix
+PREFIX_WEIGHT = 0.5  # a prefix match counts this much of a full one
+SCHEMA_WEIGHT = 0.3  # how much the table's schema as a whole counts beside the table
+PREFIX_FANOUT = 8  # longer catalog terms a question's word may stand for
 
 # Field weights: a table's own name says most about what it holds, a sample value least.
 _TABLE_NAME, _SCHEMA_NAME, _TABLE_COMMENT = 3.0, 0.5, 2.0
@@ -63,6 +71,22 @@ class TableHit(BaseModel):
     columns: list[ColumnHit]
     more_columns: int = 0  # columns not shown; describe_table lists them all
     score: float
+    joins: list[JoinKey] = Field(default_factory=list)  # to the other tables returned
+
+
+class JoinKey(BaseModel):
+    """How a returned table joins another returned table."""
+
+    table: str  # the other table, schema.table
+    on: str  # the join condition, e.g. "orders.customer_id = customers.id"
+    declared: bool  # a declared foreign key; False: inferred from names (check it)
+
+
+class TableGroup(BaseModel):
+    """Returned tables that answer the question together, and how they join."""
+
+    tables: list[str]
+    joins: list[str]
 
 
 class ExampleHit(BaseModel):
@@ -81,6 +105,7 @@ class MetricHit(BaseModel):
 
 class SchemaSearchResult(BaseModel):
     tables: list[TableHit]
+    groups: list[TableGroup] = Field(default_factory=list)  # tables to join, with their join keys
     examples: list[ExampleHit] = Field(default_factory=list)  # verified question → SQL pairs
     metrics: list[MetricHit] = Field(default_factory=list)  # query these with query_metric
     notes: list[str] = Field(default_factory=list)
@@ -98,6 +123,20 @@ class SchemaIndex:
     ) -> None:
         """``everyone``: what every audience may see, when an access policy applies."""
         self._tables = Bm25Index([(table, _table_terms(visible_part(table, everyone))) for table in tables])
+        self._vocabulary = sorted(self._tables.vocabulary())
+        # A schema is a subject area: the whole schema's words are context for each of its tables.
+        schemas: dict[tuple[str, str | None], dict[str, float]] = {}
+        self._schema_of: list[int] = []
+        for number, table in enumerate(tables):
+            key = (table.source, table.schema_name)
+            merged = schemas.setdefault(key, {})
+            for term, weight in self._tables.document(number).items():
+                merged[term] = merged.get(term, 0.0) + weight
+            self._schema_of.append(list(schemas).index(key))
+        self._schemas = Bm25Index(list(schemas.items()))
+        self._neighbours: dict[int, list[Join]] = {}
+        for join in find_joins([visible_part(table, everyone) for table in tables]):
+            self._neighbours.setdefault(join.table, []).append(join)
         self._examples = Bm25Index(
             [(e, weighted_terms([(terms(e.question), 2.0), (terms(e.sql), 0.5)])) for e in examples]
         )
@@ -108,6 +147,72 @@ class SchemaIndex:
     @property
     def table_count(self) -> int:
         return len(self._tables)
+
+    def rank(self, query: list[str], usable: Collection[str], limit: int) -> tuple[list[int], list[Group], dict[int, float]]:
+        """The numbers of the ``limit`` best tables of the ``usable`` sources, best first; the
+        groups of several tables among them; each table's own first-stage score."""
+        items = self._tables.items
+        weights = self._query_weights(query)
+        contributions = self._tables.term_scores(weights)
+        schema_scores = {number: sum(terms.values()) for number, terms in self._schemas.term_scores(weights).items()}
+        groups = rank_groups(
+            contributions,
+            lambda number: self._neighbours.get(number, []),
+            lambda number: items[number].source in usable,
+            lambda number: SCHEMA_WEIGHT * schema_scores.get(self._schema_of[number], 0.0),
+        )
+        order: list[int] = []
+        totals = {number: sum(terms.values()) for number, terms in contributions.items()}
+        for group in groups:
+            members = sorted(group.tables, key=lambda number: -totals.get(number, 0.0))
+            order += [number for number in members if number not in order]
+        order = order[:limit]
+        shown = set(order)
+        joined = [group for group in groups if len(group.tables) > 1 and shown.issuperset(group.tables)]
+        return order, joined, {number: sum(contributions[number].values()) for number in order if number in contributions}
+
+    def _query_weights(self, query: list[str]) -> dict[str, float]:
+        """The question's terms, and the catalog's terms that are a prefix of one of them or
+        that one of them is a prefix of (``indep`` for ``independent``, ``weight`` for
+        ``weigh``): identifiers abbreviate by cutting words short."""
+        weights = dict.fromkeys(query, 1.0)
+        for term in query:
+            if len(term) < PREFIX_MIN or not term.isalpha():
+                continue
+            for size in range(PREFIX_MIN, len(term)):
+                if term[:size] not in weights and _in_sorted(self._vocabulary, term[:size]):
+                    weights[term[:size]] = PREFIX_WEIGHT
+            start = bisect.bisect_right(self._vocabulary, term)
+            for longer in self._vocabulary[start : start + PREFIX_FANOUT]:
+                if not longer.startswith(term):
+                    break
+                if longer.isalpha():
+                    weights.setdefault(longer, PREFIX_WEIGHT)
+        return weights
+
+    def _group(self, group: Group) -> TableGroup:
+        items = self._tables.items
+        return TableGroup(
+            tables=[items[number].qualified_name for number in group.tables],
+            joins=[_condition(items[j.table], j.column, items[j.other], j.other_column) for j in group.joins],
+        )
+
+    def _table_hit(
+        self, number: int, order: list[int], score: float, query: set[str], access: CatalogAccess | None
+    ) -> TableHit:
+        items = self._tables.items
+        hit = _table_hit(Hit(items[number], score, frozenset()), query, access)
+        shown = set(order)
+        hit.joins = [
+            JoinKey(
+                table=items[j.other].qualified_name,
+                on=_condition(items[j.table], j.column, items[j.other], j.other_column),
+                declared=j.declared,
+            )
+            for j in self._neighbours.get(number, [])
+            if j.other in shown
+        ]
+        return hit
 
     def search(
         self, question: str, usable: Collection[str], limit: int, access: CatalogAccess | None = None
@@ -120,7 +225,7 @@ class SchemaIndex:
         def open_here(source: str | None) -> bool:
             return source is None or source == DEMO_SOURCE or source in usable
 
-        tables = self._tables.search(query, limit, lambda t: t.source in usable)
+        order, groups, scores = self.rank(query, usable, limit)
         examples = _close_matches(self._examples.search(query, MAX_EXAMPLES, lambda e: open_here(e.source)), query)
         metrics = _close_matches(
             self._metrics.search(query, MAX_METRICS, lambda m: open_here(m.source)), query, lambda m: set(terms(m.name))
@@ -128,7 +233,8 @@ class SchemaIndex:
         # A metric the question names outright comes first, however common its name's words are.
         metrics.sort(key=lambda hit: hit.item.name.lower() not in query)
         return SchemaSearchResult(
-            tables=[_table_hit(hit, set(query), access) for hit in tables],
+            tables=[self._table_hit(number, order, scores.get(number, 0.0), set(query), access) for number in order],
+            groups=[self._group(group) for group in groups],
             examples=[
                 ExampleHit(question=h.item.question, sql=h.item.sql, source=h.item.source, score=round(h.score, 2))
                 for h in examples
@@ -198,6 +304,20 @@ class SchemaSearch:
             else []
         )
         return notes + [f"The catalog of {o.source!r} could not be read: {o.error}" for o in outcomes if o.error]
+
+
+def _condition(table: CatalogTable, column: str, other: CatalogTable, other_column: str) -> str:
+    return f"{table.qualified_name}.{quote_name(column)} = {other.qualified_name}.{quote_name(other_column)}"
+
+
+def quote_name(name: str) -> str:
+    """An identifier as SQL needs it written (plain lower-case names stay bare)."""
+    return name if re.fullmatch(r"[a-z_][a-z0-9_]*", name) else '"' + name.replace('"', '""') + '"'
+
+
+def _in_sorted(words: list[str], word: str) -> bool:
+    at = bisect.bisect_left(words, word)
+    return at < len(words) and words[at] == word
 
 
 def _table_terms(table: CatalogTable) -> dict[str, float]:
