@@ -20,7 +20,7 @@ from agent_core.catalog.joins import Join
 
 SEEDS = 24  # first-stage tables that seed a group
 MAX_GROUP = 4  # tables per group
-MIN_GAIN = 0.3  # a partner joins a group when it adds this share of the seed's own score
+MIN_GAIN = 0.5  # a partner joins a group when it adds this share of the best table's score
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,6 @@ def rank_groups(
     contributions: Mapping[int, Mapping[str, float]],
     neighbours: Callable[[int], list[Join]],
     accept: Callable[[int], bool],
-    context: Callable[[int], float] = lambda _: 0.0,
 ) -> list[Group]:
     """Groups seeded by the ``seeds`` best accepted tables, best group first (duplicates of a
     better group's table set dropped)."""
@@ -43,7 +42,6 @@ def rank_groups(
     groups: dict[frozenset[int], Group] = {}
     for seed in best:
         group = _grow(seed, totals[best[0]], contributions, neighbours, accept)
-        group = Group(group.tables, group.joins, group.score + context(seed))
         key = frozenset(group.tables)
         if key not in groups or groups[key].score < group.score:
             groups[key] = group

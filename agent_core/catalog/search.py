@@ -45,8 +45,13 @@ MAX_METRICS = 5
 RETRY_UNREADABLE = timedelta(minutes=5)  # a source never read is tried again after this
 Item = TypeVar("Item")
 PREFIX_MIN = 4  # shortest abbreviation matched as a prefix
-PREFIX_WEIGHT = 0.5  # a prefix match counts this much of a full one
-SCHEMA_WEIGHT = 0.3  # how much the table's schema as a whole counts beside the table
+PREFIX_WEIGHT = 0.3  # a prefix match counts this much of a full one
+# A table's final score: OWN_WEIGHT × its own BM25 score + the score of the best group it is
+# in + SCHEMA_WEIGHT × its schema's BM25 score (the schema as one document: a subject area).
+OWN_WEIGHT = 0.5
+SCHEMA_WEIGHT = 2.5
+SCHEMA_FILL = 3  # every table of the best schemas is a candidate, however few words it shares
+SCHEMA_FILL_MAX = 40  # ... in schemas this small (a big schema's tables compete on their own)
 PREFIX_FANOUT = 8  # longer catalog terms a question's word may stand for
 
 # Field weights: a table's own name says most about what it holds, a sample value least.
@@ -134,6 +139,9 @@ class SchemaIndex:
                 merged[term] = merged.get(term, 0.0) + weight
             self._schema_of.append(list(schemas).index(key))
         self._schemas = Bm25Index(list(schemas.items()))
+        self._schema_members: list[list[int]] = [[] for _ in schemas]
+        for number, schema in enumerate(self._schema_of):
+            self._schema_members[schema].append(number)
         self._neighbours: dict[int, list[Join]] = {}
         for join in find_joins([visible_part(table, everyone) for table in tables]):
             self._neighbours.setdefault(join.table, []).append(join)
@@ -159,17 +167,33 @@ class SchemaIndex:
             contributions,
             lambda number: self._neighbours.get(number, []),
             lambda number: items[number].source in usable,
-            lambda number: SCHEMA_WEIGHT * schema_scores.get(self._schema_of[number], 0.0),
         )
-        order: list[int] = []
-        totals = {number: sum(terms.values()) for number, terms in contributions.items()}
+        totals = {number: sum(terms.values()) for number, terms in contributions.items() if items[number].source in usable}
+        grouped: dict[int, float] = {}
         for group in groups:
-            members = sorted(group.tables, key=lambda number: -totals.get(number, 0.0))
-            order += [number for number in members if number not in order]
+            for number in group.tables:
+                grouped[number] = max(grouped.get(number, 0.0), group.score)
+        final = {
+            number: OWN_WEIGHT * totals.get(number, 0.0) + grouped.get(number, 0.0)
+            + SCHEMA_WEIGHT * schema_scores.get(self._schema_of[number], 0.0)
+            for number in set(totals) | set(grouped) | self._members_of_best(schema_scores, usable)
+        }
+        order = sorted(final, key=lambda number: (-final[number], number))
         order = order[:limit]
         shown = set(order)
         joined = [group for group in groups if len(group.tables) > 1 and shown.issuperset(group.tables)]
         return order, joined, {number: sum(contributions[number].values()) for number in order if number in contributions}
+
+    def _members_of_best(self, schema_scores: dict[int, float], usable: Collection[str]) -> set[int]:
+        best = sorted(schema_scores, key=lambda number: -schema_scores[number])[:SCHEMA_FILL]
+        items = self._tables.items
+        return {
+            number
+            for schema in best
+            if len(self._schema_members[schema]) <= SCHEMA_FILL_MAX
+            for number in self._schema_members[schema]
+            if items[number].source in usable
+        }
 
     def _query_weights(self, query: list[str]) -> dict[str, float]:
         """The question's terms, and the catalog's terms that are a prefix of one of them or
