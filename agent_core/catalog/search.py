@@ -51,8 +51,14 @@ PREFIX_WEIGHT = 0.3  # a prefix match counts this much of a full one
 OWN_WEIGHT = 0.5
 SCHEMA_WEIGHT = 2.5
 SCHEMA_FILL = 3  # every table of the best schemas is a candidate, however few words it shares
+FILL_WEIGHT = 0.7
 SCHEMA_FILL_MAX = 40  # ... in schemas this small (a big schema's tables compete on their own)
-PREFIX_FANOUT = 8  # longer catalog terms a question's word may stand for
+PREFIX_FANOUT = 8
+# Words of the question's arithmetic rather than its subject ("average salary by department"):
+# they count, but less, so a column named ``average`` does not outrank the salary table.
+SOFT_TERMS = frozenset(terms("average mean total sum number count maximum minimum max min distinct different "
+                             "highest lowest largest smallest most least order descending ascending"))
+SOFT_WEIGHT = 0.3  # longer catalog terms a question's word may stand for
 
 # Field weights: a table's own name says most about what it holds, a sample value least.
 _TABLE_NAME, _SCHEMA_NAME, _TABLE_COMMENT = 3.0, 0.5, 2.0
@@ -174,10 +180,13 @@ class SchemaIndex:
             for number in group.tables:
                 grouped[number] = max(grouped.get(number, 0.0), group.score)
         final = {
-            number: OWN_WEIGHT * totals.get(number, 0.0) + grouped.get(number, 0.0)
+            number: OWN_WEIGHT * totals.get(number, 0.0)
+            + grouped.get(number, 0.0)
             + SCHEMA_WEIGHT * schema_scores.get(self._schema_of[number], 0.0)
-            for number in set(totals) | set(grouped) | self._members_of_best(schema_scores, usable)
+            for number in set(totals) | set(grouped)
         }
+        for number in self._members_of_best(schema_scores, usable) - set(final):
+            final[number] = FILL_WEIGHT * SCHEMA_WEIGHT * schema_scores[self._schema_of[number]]
         order = sorted(final, key=lambda number: (-final[number], number))
         order = order[:limit]
         shown = set(order)
@@ -199,7 +208,7 @@ class SchemaIndex:
         """The question's terms, and the catalog's terms that are a prefix of one of them or
         that one of them is a prefix of (``indep`` for ``independent``, ``weight`` for
         ``weigh``): identifiers abbreviate by cutting words short."""
-        weights = dict.fromkeys(query, 1.0)
+        weights = {term: SOFT_WEIGHT if term in SOFT_TERMS else 1.0 for term in query}
         for term in query:
             if len(term) < PREFIX_MIN or not term.isalpha():
                 continue
