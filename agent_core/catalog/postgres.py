@@ -1,4 +1,4 @@
-"""Reading a PostgreSQL source's catalog: three catalog queries for any number of tables.
+"""Reading a PostgreSQL source's catalog: four catalog queries for any number of tables.
 
 Only what the source's role can read is listed (``USAGE`` on the schema, ``SELECT`` on the
 table). Row counts come from ``pg_class.reltuples`` for tables over
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_core.catalog.models import CatalogColumn, CatalogTable
+from agent_core.catalog.models import CatalogColumn, CatalogTable, ForeignKey
 from agent_core.catalog.profiling import (
     EXACT_COUNT_MAX_BYTES,
     SAMPLE_MAX_ROWS,
@@ -42,6 +42,18 @@ FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 WHERE a.attrelid = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attrelid, a.attnum
 """
+# Declared primary keys and foreign keys, one row per key column (a foreign key's target column
+# beside it, matched by position).
+_KEYS_SQL = """
+SELECT con.conrelid, con.contype, a.attname, fn.nspname, fc.relname, fa.attname
+FROM pg_constraint con
+CROSS JOIN LATERAL unnest(con.conkey, con.confkey) AS k(attnum, target_attnum)
+JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum
+LEFT JOIN pg_class fc ON fc.oid = con.confrelid
+LEFT JOIN pg_namespace fn ON fn.oid = fc.relnamespace
+LEFT JOIN pg_attribute fa ON fa.attrelid = con.confrelid AND fa.attnum = k.target_attnum
+WHERE con.contype IN ('p', 'f') AND con.conrelid = ANY(%s)
+"""
 # pg_stats shows only columns the role may read. The anyarray of most-common values becomes
 # text[] through its text form.
 _STATS_SQL = """
@@ -60,6 +72,14 @@ def read_postgres_catalog(cfg: DataSourceConfig, timeout_s: float) -> list[Catal
         columns: dict[int, list[tuple[str, str, str | None, bool]]] = {}
         for oid, name, type_name, comment, is_text in conn.execute(_COLUMNS_SQL, [oids]):
             columns.setdefault(oid, []).append((name, type_name, comment, is_text))
+        keys: dict[int, dict[str, tuple[bool, ForeignKey | None]]] = {}
+        for oid, kind, column, target_schema, target_table, target_column in conn.execute(_KEYS_SQL, [oids]):
+            primary, reference = keys.setdefault(oid, {}).get(column, (False, None))
+            if kind == "p":
+                primary = True
+            elif target_table is not None and target_column is not None:
+                reference = ForeignKey(schema_name=target_schema, table=target_table, column=target_column)
+            keys[oid][column] = (primary, reference)
         schemas = sorted({row[1] for row in relations})
         stats: dict[tuple[str, str], dict[str, tuple[float | None, list[Any] | None]]] = {}
         for schema, table, column, n_distinct, common in conn.execute(_STATS_SQL, [schemas]):
@@ -70,7 +90,7 @@ def read_postgres_catalog(cfg: DataSourceConfig, timeout_s: float) -> list[Catal
 
         profiler = Profiler(fetch, quote_double)
         return [
-            _table(cfg.name, row, columns.get(row[0], []), stats.get((row[1], row[2])), profiler)
+            _table(cfg.name, row, columns.get(row[0], []), stats.get((row[1], row[2])), profiler, keys.get(row[0], {}))
             for row in relations
         ]
 
@@ -81,6 +101,7 @@ def _table(
     columns: list[tuple[str, str, str | None, bool]],
     stats: dict[str, tuple[float | None, list[Any] | None]] | None,
     profiler: Profiler,
+    keys: dict[str, tuple[bool, ForeignKey | None]],
 ) -> CatalogTable:
     _oid, schema, name, relkind, comment, reltuples, size = relation
     row_count: int | None = None
@@ -112,6 +133,8 @@ def _table(
                 type=type_name,
                 comment=column_comment,
                 sample_values=samples.get(column, []) if is_text else [],
+                primary_key=keys.get(column, (False, None))[0],
+                references=keys.get(column, (False, None))[1],
             )
             for column, type_name, column_comment, is_text in columns
         ],

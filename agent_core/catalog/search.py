@@ -26,9 +26,9 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.catalog.bm25 import Bm25Index, Hit, weighted_terms
 from agent_core.catalog.examples import VerifiedExample
+from agent_core.catalog.joins import Join, find_joins
 from agent_core.catalog.metrics import MetricDocument
 from agent_core.catalog.models import CatalogTable
-from agent_core.catalog.joins import Join, find_joins
 from agent_core.catalog.ranking import Group, rank_groups
 from agent_core.catalog.refresh import refresh_catalog
 from agent_core.catalog.store import CatalogStore
