@@ -53,7 +53,9 @@ SCHEMA_WEIGHT = 2.5
 SCHEMA_FILL = 3  # every table of the best schemas is a candidate, however few words it shares
 FILL_WEIGHT = 0.7
 SCHEMA_FILL_MAX = 40  # ... in schemas this small (a big schema's tables compete on their own)
-PREFIX_FANOUT = 8
+SHARED_MIN = 5  # a shared beginning this long...
+SHARED_SHARE = 0.8  # ...and covering this share of the shorter word: the same word
+SHARED_FANOUT = 40
 # Words of the question's arithmetic rather than its subject ("average salary by department"):
 # they count, but less, so a column named ``average`` does not outrank the salary table.
 SOFT_TERMS = frozenset(terms("average mean total sum number count maximum minimum max min distinct different "
@@ -215,12 +217,14 @@ class SchemaIndex:
             for size in range(PREFIX_MIN, len(term)):
                 if term[:size] not in weights and _in_sorted(self._vocabulary, term[:size]):
                     weights[term[:size]] = PREFIX_WEIGHT
-            start = bisect.bisect_right(self._vocabulary, term)
-            for longer in self._vocabulary[start : start + PREFIX_FANOUT]:
-                if not longer.startswith(term):
+            # Catalog words sharing most of a long-enough beginning with the question's word:
+            # ``enrolment``/``enroll``, ``weight``/``weigh``.
+            start = bisect.bisect_left(self._vocabulary, term[:SHARED_MIN])
+            for other in self._vocabulary[start : start + SHARED_FANOUT]:
+                if not other.startswith(term[:SHARED_MIN]):
                     break
-                if longer.isalpha():
-                    weights.setdefault(longer, PREFIX_WEIGHT)
+                if other.isalpha() and other not in weights and _shared(term, other) >= SHARED_SHARE * min(len(term), len(other)):
+                    weights[other] = PREFIX_WEIGHT
         return weights
 
     def _group(self, group: Group) -> TableGroup:
@@ -346,6 +350,15 @@ def _condition(table: CatalogTable, column: str, other: CatalogTable, other_colu
 def quote_name(name: str) -> str:
     """An identifier as SQL needs it written (plain lower-case names stay bare)."""
     return name if re.fullmatch(r"[a-z_][a-z0-9_]*", name) else '"' + name.replace('"', '""') + '"'
+
+
+def _shared(a: str, b: str) -> int:
+    size = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        size += 1
+    return size
 
 
 def _in_sorted(words: list[str], word: str) -> bool:
