@@ -140,13 +140,14 @@ async def _read_catalog(databases: list[dict[str, Any]], foreign_keys: bool) -> 
     prefix = f"{tag}_"
     renamed = []
     for table in tables:
-        columns = [
-            c.model_copy(update={"references": c.references.model_copy(update={"schema_name": c.references.schema_name[len(prefix):]})})
-            if c.references and c.references.schema_name
-            else c
-            for c in table.columns
-        ]
-        renamed.append(table.model_copy(update={"schema_name": (table.schema_name or "")[len(prefix):], "columns": columns}))
+        columns = []
+        for column in table.columns:
+            ref = column.references
+            if ref is not None and ref.schema_name:
+                target = ref.model_copy(update={"schema_name": ref.schema_name[len(prefix) :]})
+                column = column.model_copy(update={"references": target})
+            columns.append(column)
+        renamed.append(table.model_copy(update={"schema_name": (table.schema_name or "")[len(prefix) :], "columns": columns}))
     return renamed
 
 
@@ -233,7 +234,8 @@ def cli_latency(databases: list[dict[str, Any]], questions: list[Question]) -> N
         latencies = []
         for question in questions[::66]:
             started = time.perf_counter()
-            subprocess.run([*command, "search", question.text, "--limit", "15"], env=env, check=True, capture_output=True, cwd=tmp)
+            search = [*command, "search", question.text, "--limit", "15"]
+            subprocess.run(search, env=env, check=True, capture_output=True, cwd=tmp)
             latencies.append((time.perf_counter() - started) * 1000)
         print(f"  CLI ba-agent catalog search --limit 15, 876 tables: {percentiles(latencies)} ({len(latencies)} runs)")
 
@@ -256,12 +258,12 @@ def own_generator() -> None:
 
     index = SchemaIndex([model(t) for t in generated_tables(500)], [], [])
     found = sum(any(h.name == f"wh.{table}" for h in index.search(q, ["dwh"], 3).tables) for q, table in QUESTIONS)
-    print(f"second line, own generator (508 tables, without sample values): expected table in the top 3: {found}/{len(QUESTIONS)}")
+    print(f"second line, own generator (508 tables, no sample values): expected table in the top 3: {found}/{len(QUESTIONS)}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--build", choices=["postgres", "memory"], default="postgres", help="how the SpiderUnion catalog is built")
+    parser.add_argument("--build", choices=["postgres", "memory"], default="postgres", help="how SpiderUnion is built")
     parser.add_argument("--skip-latency", action="store_true", help="quality only")
     args = parser.parse_args()
     databases, questions = load()

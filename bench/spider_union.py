@@ -122,7 +122,8 @@ def create_in_postgres(
                         if columns[i][1].lower() in seen:  # Spider has a few case-duplicate columns
                             continue
                         seen.add(columns[i][1].lower())
-                        parts.append(sql.SQL("{} {}").format(sql.Identifier(columns[i][1]), sql.SQL(_TYPES[db["column_types"][i]])))
+                        kind = sql.SQL(_TYPES[db["column_types"][i]])
+                        parts.append(sql.SQL("{} {}").format(sql.Identifier(columns[i][1]), kind))
                     cursor.execute(sql.SQL("CREATE TABLE {} ({})").format(relation, sql.SQL(", ").join(parts)))
                     if comment := _comment(natural, name):
                         cursor.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(relation, sql.Literal(comment)))
