@@ -41,6 +41,7 @@ class Bm25Index(Generic[T]):
         self._lengths = [sum(terms.values()) for _, terms in documents]
         self._average = (sum(self._lengths) / len(self._lengths)) if self._lengths else 1.0
         self._documents = [terms for _, terms in documents]
+        self._norms = [K1 * (1 - B + B * length / self._average) for length in self._lengths]
         self._postings: dict[str, list[tuple[int, float]]] = {}
         for number, (_, terms) in enumerate(documents):
             for term, weight in terms.items():
@@ -63,15 +64,20 @@ class Bm25Index(Generic[T]):
         """Document number → each query term's share of its score (a term's weight in the
         query multiplies it: a looser match of a question's word counts less)."""
         count = len(self._items)
+        norms = self._norms
         out: dict[int, dict[str, float]] = {}
         for term, factor in query.items():
             postings = self._postings.get(term)
             if not postings:
                 continue
-            idf = factor * math.log(1 + (count - len(postings) + 0.5) / (len(postings) + 0.5))
+            scale = (K1 + 1) * factor * math.log(1 + (count - len(postings) + 0.5) / (len(postings) + 0.5))
             for number, weight in postings:
-                norm = K1 * (1 - B + B * self._lengths[number] / self._average)
-                out.setdefault(number, {})[term] = idf * weight * (K1 + 1) / (weight + norm)
+                score = scale * weight / (weight + norms[number])
+                terms = out.get(number)
+                if terms is None:
+                    out[number] = {term: score}
+                else:
+                    terms[term] = score
         return out
 
     def search(self, query: Iterable[str], limit: int, accept: Callable[[T], bool] = lambda _: True) -> list[Hit[T]]:

@@ -17,6 +17,7 @@ question's own words point at, or that links two such tables.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -40,8 +41,13 @@ class Join:
     declared: bool
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _stemmed_parts(name: str) -> tuple[str, ...]:
+    return tuple(stem(part) for part in identifier_parts(name))
+
+
 def _parts(name: str) -> list[str]:
-    return [stem(part) for part in identifier_parts(name)]
+    return list(_stemmed_parts(name))
 
 
 def _key_like(parts: list[str]) -> bool:

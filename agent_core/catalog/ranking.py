@@ -13,6 +13,7 @@ group by group, best group first.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -32,13 +33,16 @@ class Group:
 
 def rank_groups(
     contributions: Mapping[int, Mapping[str, float]],
+    totals: Mapping[int, float],
     neighbours: Callable[[int], list[Join]],
     accept: Callable[[int], bool],
 ) -> list[Group]:
-    """Groups seeded by the ``seeds`` best accepted tables, best group first (duplicates of a
-    better group's table set dropped)."""
-    totals = {number: sum(terms.values()) for number, terms in contributions.items() if accept(number)}
-    best = sorted(totals, key=lambda number: (-totals[number], number))[:SEEDS]
+    """Groups seeded by the SEEDS best tables (``totals``: each table's score, the sum of its
+    ``contributions``), best group first (duplicates of a better group's table set dropped);
+    a partner must be ``accept``-ed."""
+    best = heapq.nsmallest(SEEDS, totals, key=lambda number: (-totals[number], number))
+    if not best:
+        return []
     groups: dict[frozenset[int], Group] = {}
     for seed in best:
         group = _grow(seed, totals[best[0]], contributions, neighbours, accept)

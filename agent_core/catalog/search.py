@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import heapq
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta
@@ -137,6 +138,7 @@ class SchemaIndex:
         """``everyone``: what every audience may see, when an access policy applies."""
         self._tables = Bm25Index([(table, _table_terms(visible_part(table, everyone))) for table in tables])
         self._vocabulary = sorted(self._tables.vocabulary())
+        self._sources = {table.source for table in tables}
         # A schema is a subject area: the whole schema's words are context for each of its tables.
         schemas: dict[tuple[str, str | None], dict[str, float]] = {}
         self._schema_of: list[int] = []
@@ -169,31 +171,29 @@ class SchemaIndex:
         groups of several tables among them; each table's own first-stage score."""
         items = self._tables.items
         weights = self._query_weights(query)
-        contributions = self._tables.term_scores(weights)
+        everywhere = self._sources <= set(usable)
+
+        def accept(number: int) -> bool:
+            return everywhere or items[number].source in usable
+
+        contributions = {n: t for n, t in self._tables.term_scores(weights).items() if accept(n)}
+        totals = {number: sum(terms.values()) for number, terms in contributions.items()}
         schema_scores = {number: sum(terms.values()) for number, terms in self._schemas.term_scores(weights).items()}
-        groups = rank_groups(
-            contributions,
-            lambda number: self._neighbours.get(number, []),
-            lambda number: items[number].source in usable,
-        )
-        totals = {number: sum(terms.values()) for number, terms in contributions.items() if items[number].source in usable}
-        grouped: dict[int, float] = {}
+        groups = rank_groups(contributions, totals, lambda number: self._neighbours.get(number, []), accept)
+        final = {
+            number: OWN_WEIGHT * total + SCHEMA_WEIGHT * schema_scores.get(self._schema_of[number], 0.0)
+            for number, total in totals.items()
+        }
         for group in groups:
             for number in group.tables:
-                grouped[number] = max(grouped.get(number, 0.0), group.score)
-        final = {
-            number: OWN_WEIGHT * totals.get(number, 0.0)
-            + grouped.get(number, 0.0)
-            + SCHEMA_WEIGHT * schema_scores.get(self._schema_of[number], 0.0)
-            for number in set(totals) | set(grouped)
-        }
-        for number in self._members_of_best(schema_scores, usable) - set(final):
+                base = OWN_WEIGHT * totals.get(number, 0.0) + SCHEMA_WEIGHT * schema_scores.get(self._schema_of[number], 0.0)
+                final[number] = max(final.get(number, 0.0), base + group.score)
+        for number in self._members_of_best(schema_scores, usable) - final.keys():
             final[number] = FILL_WEIGHT * SCHEMA_WEIGHT * schema_scores[self._schema_of[number]]
-        order = sorted(final, key=lambda number: (-final[number], number))
-        order = order[:limit]
+        order = heapq.nsmallest(limit, final, key=lambda number: (-final[number], number))
         shown = set(order)
         joined = [group for group in groups if len(group.tables) > 1 and shown.issuperset(group.tables)]
-        return order, joined, {number: sum(contributions[number].values()) for number in order if number in contributions}
+        return order, joined, {number: totals[number] for number in order if number in totals}
 
     def _members_of_best(self, schema_scores: dict[int, float], usable: Collection[str]) -> set[int]:
         best = sorted(schema_scores, key=lambda number: -schema_scores[number])[:SCHEMA_FILL]
