@@ -265,9 +265,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", choices=["postgres", "memory"], default="postgres", help="how SpiderUnion is built")
     parser.add_argument("--skip-latency", action="store_true", help="quality only")
+    parser.add_argument("--skip-quality", action="store_true", help="latency only")
     args = parser.parse_args()
     databases, questions = load()
-    quality(databases, questions, args.build)
+    if not args.skip_quality:
+        quality(databases, questions, args.build)
     if not args.skip_latency:
         print("\nlatency")
         for size in (1_000, 10_000):

@@ -107,9 +107,9 @@ def create_in_postgres(
 
     role = f"{tag}_ro"
     schemas = [f"{tag}_{db['db_id']}" for db in databases]
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        with conn.transaction(), conn.cursor() as cursor:
-            for schema, db in zip(schemas, databases, strict=True):
+    with psycopg.connect(admin_url, autocommit=True) as conn, conn.cursor() as cursor:
+        for schema, db in zip(schemas, databases, strict=True):
+            with conn.transaction():  # one per database: 10,000 tables' locks do not fit in one
                 cursor.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
                 columns = db["column_names_original"]
                 keys = _primary_keys(db)

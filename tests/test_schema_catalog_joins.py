@@ -1,6 +1,7 @@
 """`search_schema` returns the tables a multi-table question needs and how they join: the link
 table no word of the question names, with the join keys, whether the warehouse declares its
-foreign keys or not; also through `ba-agent tool run search_schema`."""
+foreign keys or not; also through `ba-agent tool run search_schema`. Verified examples lend
+their questions' words to the tables they read."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from agent_core.catalog.examples import VerifiedExample
+from agent_core.catalog.models import CatalogColumn, CatalogTable
 from agent_core.catalog.refresh import refresh_catalog
-from agent_core.catalog.search import SchemaSearch
+from agent_core.catalog.search import SchemaIndex, SchemaSearch
 from agent_core.catalog.store import create_catalog_tables
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.store.db import create_engine, session_factory
@@ -90,3 +93,28 @@ def test_tool_run_search_schema_answers_with_tables_and_joins(school: tuple[Data
     answer = json.loads(ran.stdout)
     assert {t["name"] for t in answer["tables"]} == {f"{schema}.student", f"{schema}.pets", f"{schema}.has_pet"}
     assert len(answer["groups"][0]["joins"]) == 2
+
+
+def test_a_verified_example_lends_its_words_to_the_tables_its_sql_reads() -> None:
+    """Nothing in ``cust_attr_m`` says churn; the operator's verified example does."""
+    tables = [
+        CatalogTable(
+            source="dwh", schema_name="mart", name=name, kind="table",
+            columns=[CatalogColumn(name=c, type="text") for c in columns],
+        )
+        for name, columns in [
+            ("cust_attr_m", ["cust_id", "seg_cd", "lost_flg", "month"]),
+            ("customer_segments", ["segment_code", "segment_name"]),
+            ("monthly_orders", ["order_id", "month", "amount"]),
+        ]
+    ]  # fmt: skip
+    example = VerifiedExample(
+        question="Monthly churn rate by customer segment",
+        sql="SELECT month, seg_cd, AVG(lost_flg::int) FROM mart.cust_attr_m GROUP BY 1, 2",
+        source="dwh",
+    )
+    without = SchemaIndex(tables, [], []).search("customer churn by segment", ["dwh"], 3)
+    assert without.tables[0].name != "mart.cust_attr_m"
+    found = SchemaIndex(tables, [example], []).search("customer churn by segment", ["dwh"], 3)
+    assert found.tables[0].name == "mart.cust_attr_m"
+    assert [e.question for e in found.examples] == ["Monthly churn rate by customer segment"]

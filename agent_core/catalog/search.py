@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.catalog.bm25 import Bm25Index, Hit, weighted_terms
-from agent_core.catalog.examples import VerifiedExample
+from agent_core.catalog.examples import VerifiedExample, tables_read
 from agent_core.catalog.joins import Join, find_joins
 from agent_core.catalog.metrics import MetricDocument
 from agent_core.catalog.models import CatalogTable
@@ -66,6 +66,7 @@ SOFT_WEIGHT = 0.3  # longer catalog terms a question's word may stand for
 # Field weights: a table's own name says most about what it holds, a sample value least.
 _TABLE_NAME, _SCHEMA_NAME, _TABLE_COMMENT = 3.0, 0.5, 2.0
 _COLUMN_NAME, _COLUMN_COMMENT, _SAMPLE_VALUE = 1.0, 1.0, 0.5
+_EXAMPLE_QUESTION = 1.0  # a verified example's question, on the tables its SQL reads
 
 
 class ColumnHit(BaseModel):
@@ -136,7 +137,10 @@ class SchemaIndex:
         everyone: CatalogAccess | None = None,
     ) -> None:
         """``everyone``: what every audience may see, when an access policy applies."""
-        self._tables = Bm25Index([(table, _table_terms(visible_part(table, everyone))) for table in tables])
+        described = _described_by_examples(tables, examples)
+        self._tables = Bm25Index(
+            [(table, _table_terms(visible_part(table, everyone), described.get(n, []))) for n, table in enumerate(tables)]
+        )
         self._vocabulary = sorted(self._tables.vocabulary())
         self._sources = {table.source for table in tables}
         # A schema is a subject area: the whole schema's words are context for each of its tables.
@@ -366,8 +370,29 @@ def _in_sorted(words: list[str], word: str) -> bool:
     return at < len(words) and words[at] == word
 
 
-def _table_terms(table: CatalogTable) -> dict[str, float]:
-    fields: list[tuple[list[str], float]] = [
+def _described_by_examples(tables: list[CatalogTable], examples: Sequence[VerifiedExample]) -> dict[int, list[str]]:
+    """Table number → the questions of the verified examples whose SQL reads it: an operator's
+    words for what the table holds (``churn`` for ``cust_attr_m``)."""
+    if not examples:
+        return {}
+    by_name: dict[str, list[int]] = {}
+    for number, table in enumerate(tables):
+        by_name.setdefault(table.name.lower(), []).append(number)
+    described: dict[int, list[str]] = {}
+    for example in examples:
+        for schema, name in tables_read(example.sql):
+            for number in by_name.get(name, []):
+                table = tables[number]
+                if (example.source is None or example.source == table.source) and (
+                    schema is None or schema == (table.schema_name or "").lower()
+                ):
+                    described.setdefault(number, []).append(example.question)
+    return described
+
+
+def _table_terms(table: CatalogTable, questions: list[str]) -> dict[str, float]:
+    fields: list[tuple[list[str], float]] = [(terms(question), _EXAMPLE_QUESTION) for question in questions]
+    fields += [
         (terms(table.name), _TABLE_NAME),
         (terms(table.schema_name), _SCHEMA_NAME),
         (terms(table.comment), _TABLE_COMMENT),
