@@ -98,10 +98,11 @@ def _primary_keys(db: dict[str, Any]) -> set[int]:
 
 @contextmanager
 def create_in_postgres(
-    databases: Sequence[dict[str, Any]], foreign_keys: bool, admin_url: str, tag: str
+    databases: Sequence[dict[str, Any]], foreign_keys: bool, admin_url: str, tag: str, one_row: bool = False
 ) -> Iterator[str]:
     """The warehouse in PostgreSQL (one schema per database, prefixed by ``tag``), readable by a
-    new SELECT-only role; yields that role's URL and drops everything afterwards."""
+    new SELECT-only role; yields that role's URL and drops everything afterwards. ``one_row``:
+    each table gets a row (so a refresh must count it and read its values)."""
     import psycopg
     from psycopg import sql
 
@@ -125,6 +126,8 @@ def create_in_postgres(
                         kind = sql.SQL(_TYPES[db["column_types"][i]])
                         parts.append(sql.SQL("{} {}").format(sql.Identifier(columns[i][1]), kind))
                     cursor.execute(sql.SQL("CREATE TABLE {} ({})").format(relation, sql.SQL(", ").join(parts)))
+                    if one_row:
+                        cursor.execute(sql.SQL("INSERT INTO {} DEFAULT VALUES").format(relation))
                     if comment := _comment(natural, name):
                         cursor.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(relation, sql.Literal(comment)))
                     for i in mine:

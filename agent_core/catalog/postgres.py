@@ -89,10 +89,47 @@ def read_postgres_catalog(cfg: DataSourceConfig, timeout_s: float) -> list[Catal
             return conn.execute(sql).fetchall()
 
         profiler = Profiler(fetch, quote_double)
+        counts = profiler.counts([(row[1], row[2]) for row in relations if _needs_count(row)])
+        # Values of small tables the engine has no statistics about, read in batches.
+        unsampled = [
+            row for row in relations if (row[1], row[2]) not in stats and 0 < (_row_count(row, counts)[0] or 0) <= SAMPLE_MAX_ROWS
+        ]
+        read = profiler.distinct_values_of(
+            [(row[1], row[2], [c[0] for c in columns.get(row[0], []) if c[3]]) for row in unsampled]
+        )
+        samples = {row[0]: values for row, values in zip(unsampled, read, strict=True)}
         return [
-            _table(cfg.name, row, columns.get(row[0], []), stats.get((row[1], row[2])), profiler, keys.get(row[0], {}))
+            _table(
+                cfg.name,
+                row,
+                columns.get(row[0], []),
+                stats.get((row[1], row[2])),
+                keys.get(row[0], {}),
+                counts,
+                samples.get(row[0], {}),
+            )
             for row in relations
         ]
+
+
+def _row_count(relation: tuple[Any, ...], counts: dict[tuple[str | None, str], int | None]) -> tuple[int | None, bool]:
+    """The table's row count and whether it is the engine's estimate."""
+    _oid, schema, name, relkind, _comment, reltuples, size = relation
+    if relkind not in ("r", "p", "m"):
+        return None, False
+    if size == 0:  # no pages, no rows (a warehouse's empty staging tables)
+        return 0, False
+    if _needs_count(relation):
+        return counts.get((schema, name)), False
+    return int(reltuples), True
+
+
+def _needs_count(relation: tuple[Any, ...]) -> bool:
+    """A table that is neither empty (no pages: no rows) nor big enough for the estimate."""
+    _oid, _schema, _name, relkind, _comment, reltuples, size = relation
+    if relkind not in ("r", "p", "m") or size == 0:
+        return False
+    return not (size is not None and size > EXACT_COUNT_MAX_BYTES and reltuples is not None and reltuples >= 0)
 
 
 def _table(
@@ -100,25 +137,18 @@ def _table(
     relation: tuple[Any, ...],
     columns: list[tuple[str, str, str | None, bool]],
     stats: dict[str, tuple[float | None, list[Any] | None]] | None,
-    profiler: Profiler,
     keys: dict[str, tuple[bool, ForeignKey | None]],
+    counts: dict[tuple[str | None, str], int | None],
+    read: dict[str, list[str]],
 ) -> CatalogTable:
-    _oid, schema, name, relkind, comment, reltuples, size = relation
-    row_count: int | None = None
-    estimated = False
-    if relkind in ("r", "p", "m"):
-        if size is not None and size > EXACT_COUNT_MAX_BYTES and reltuples is not None and reltuples >= 0:
-            row_count, estimated = int(reltuples), True
-        else:
-            row_count = profiler.count(schema, name)
-    samples: dict[str, list[str]] = {}
+    _oid, schema, name, relkind, comment, reltuples, _size = relation
+    row_count, estimated = _row_count(relation, counts)
+    samples = read
     if stats:
         rows = float(reltuples) if reltuples is not None and reltuples > 0 else float(row_count or 0)
         for column, (n_distinct, common) in stats.items():
             distinct = n_distinct if n_distinct is None or n_distinct >= 0 else -n_distinct * rows
             samples[column] = low_cardinality_values(common, distinct)
-    elif row_count is not None and 0 < row_count <= SAMPLE_MAX_ROWS:
-        samples = profiler.distinct_values(schema, name, [c[0] for c in columns if c[3]])
     return CatalogTable(
         source=source,
         schema_name=schema,
