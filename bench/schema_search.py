@@ -27,6 +27,7 @@ import json
 import math
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -232,13 +233,19 @@ def cli_latency(databases: list[dict[str, Any]], questions: list[Question]) -> N
         }
         command = [str(ROOT / ".venv/bin/ba-agent"), "catalog"]
         subprocess.run([*command, "refresh"], env=env, check=True, capture_output=True, cwd=tmp)
-        latencies = []
+        latencies, cpu = [], []
         for question in questions[::66]:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
             search = [*command, "search", question.text, "--limit", "15"]
             subprocess.run(search, env=env, check=True, capture_output=True, cwd=tmp)
             latencies.append((time.perf_counter() - started) * 1000)
-        print(f"  CLI ba-agent catalog search --limit 15, 876 tables: {percentiles(latencies)} ({len(latencies)} runs)")
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000)
+        print(
+            f"  CLI ba-agent catalog search --limit 15, 876 tables: wall {percentiles(latencies)}; "
+            f"CPU {percentiles(cpu)} ({len(latencies)} runs; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
+        )
 
 
 def own_generator() -> None:

@@ -114,9 +114,12 @@ def _settings_with_sources() -> Settings:
 async def _sessions(settings: Settings) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
     """The migrated service database, for one command."""
     from agent_core.store.db import create_engine, session_factory
-    from gateway.migrate import upgrade
+    from gateway.migrate_check import is_current
 
-    await asyncio.to_thread(upgrade, settings.effective_database_url)
+    if not await asyncio.to_thread(is_current, settings.effective_database_url):
+        from gateway.migrate import upgrade
+
+        await asyncio.to_thread(upgrade, settings.effective_database_url)
     engine = create_engine(settings.effective_database_url)
     try:
         yield session_factory(engine)

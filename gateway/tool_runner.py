@@ -139,9 +139,12 @@ async def service_audit(settings: Settings) -> AsyncIterator[AuditTrail | None]:
         yield None
         return
     from agent_core.store.db import create_engine, session_factory
-    from gateway.migrate import upgrade
+    from gateway.migrate_check import is_current
 
-    await asyncio.to_thread(upgrade, settings.effective_database_url)
+    if not await asyncio.to_thread(is_current, settings.effective_database_url):
+        from gateway.migrate import upgrade
+
+        await asyncio.to_thread(upgrade, settings.effective_database_url)
     engine = create_engine(settings.effective_database_url)
     try:
         yield audit_trail(settings, session_factory(engine))
