@@ -88,8 +88,13 @@ def _render(result: SchemaSearchResult) -> str:
             lines.append(f"          {column.name} {column.type}{values}{comment}")
         if table.more_columns:
             lines.append(f"          … {table.more_columns} more columns")
+        for join in table.joins:
+            lines.append(f"          joins {join.table} on {join.on}{'' if join.declared else '  (inferred)'}")
     if not result.tables:
         lines.append("no matching tables")
+    for group in result.groups:
+        lines.append(f"together: {', '.join(group.tables)}")
+        lines += [f"          {condition}" for condition in group.joins]
     for example in result.examples:
         lines.append(f"example ({example.source or 'demo/uploads'}, {example.score:.2f}): {example.question}")
         lines += [f"          {line}" for line in example.sql.strip().splitlines()]

@@ -231,11 +231,24 @@ class SchemaIndex:
                     weights[other] = PREFIX_WEIGHT
         return weights
 
-    def _group(self, group: Group) -> TableGroup:
+    def _group(self, group: Group, access: CatalogAccess | None) -> TableGroup:
         items = self._tables.items
         return TableGroup(
             tables=[items[number].qualified_name for number in group.tables],
-            joins=[_condition(items[j.table], j.column, items[j.other], j.other_column) for j in group.joins],
+            joins=[
+                _condition(items[j.table], j.column, items[j.other], j.other_column)
+                for j in group.joins
+                if self._visible(j, access)
+            ],
+        )
+
+    def _visible(self, join: Join, access: CatalogAccess | None) -> bool:
+        """Both join columns are ones the audience may see (a hidden key is never named)."""
+        if access is None:
+            return True
+        items = self._tables.items
+        return any(c.name == join.column for c in visible_part(items[join.table], access).columns) and any(
+            c.name == join.other_column for c in visible_part(items[join.other], access).columns
         )
 
     def _table_hit(
@@ -251,7 +264,7 @@ class SchemaIndex:
                 declared=j.declared,
             )
             for j in self._neighbours.get(number, [])
-            if j.other in shown
+            if j.other in shown and self._visible(j, access)
         ]
         return hit
 
@@ -275,7 +288,7 @@ class SchemaIndex:
         metrics.sort(key=lambda hit: hit.item.name.lower() not in query)
         return SchemaSearchResult(
             tables=[self._table_hit(number, order, scores.get(number, 0.0), set(query), access) for number in order],
-            groups=[self._group(group) for group in groups],
+            groups=[self._group(group, access) for group in groups],
             examples=[
                 ExampleHit(question=h.item.question, sql=h.item.sql, source=h.item.source, score=round(h.score, 2))
                 for h in examples
@@ -348,7 +361,12 @@ class SchemaSearch:
 
 
 def _condition(table: CatalogTable, column: str, other: CatalogTable, other_column: str) -> str:
-    return f"{table.qualified_name}.{quote_name(column)} = {other.qualified_name}.{quote_name(other_column)}"
+    """``a.x = b.y`` as SQL: each name quoted where it needs it."""
+
+    def reference(owner: CatalogTable, name: str) -> str:
+        return ".".join(quote_name(part) for part in (owner.schema_name, owner.name, name) if part)
+
+    return f"{reference(table, column)} = {reference(other, other_column)}"
 
 
 def quote_name(name: str) -> str:
