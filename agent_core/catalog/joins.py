@@ -42,18 +42,15 @@ class Join:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _stemmed_parts(name: str) -> tuple[str, ...]:
+def _parts(name: str) -> tuple[str, ...]:
     return tuple(stem(part) for part in identifier_parts(name))
 
 
-def _parts(name: str) -> list[str]:
-    return list(_stemmed_parts(name))
-
-
-def _key_like(parts: list[str]) -> bool:
+def _key_like(parts: tuple[str, ...]) -> bool:
     return bool(parts) and parts[-1] in KEY_PARTS
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _normal(name: str) -> str:
     return "".join(identifier_parts(name))
 
@@ -68,7 +65,7 @@ def _table_keys(table: CatalogTable) -> list[str]:
     keys = []
     for column in table.columns:
         parts = _parts(column.name)
-        if parts in (["id"], ["key"], ["code"]) or (_key_like(parts) and parts[:-1] and parts[:-1] == own[-len(parts[:-1]) :]):
+        if parts in (("id",), ("key",), ("code",)) or (_key_like(parts) and parts[:-1] and parts[:-1] == own[-len(parts[:-1]) :]):
             keys.append(column.name)
     if not keys and table.columns and _key_like(_parts(table.columns[0].name)):
         keys.append(table.columns[0].name)
@@ -154,7 +151,7 @@ def _inferred(a: int, a_column: str, b: int, b_column: str) -> Join:
     return Join(a, a_column, b, b_column, False)
 
 
-def _best_key(keys: list[str], parts: list[str]) -> str:
+def _best_key(keys: list[str], parts: tuple[str, ...]) -> str:
     """Of a table's key columns, the one whose key word matches the referring column's."""
     if _key_like(parts):
         for key in keys:

@@ -145,13 +145,14 @@ class SchemaIndex:
         self._sources = {table.source for table in tables}
         # A schema is a subject area: the whole schema's words are context for each of its tables.
         schemas: dict[tuple[str, str | None], dict[str, float]] = {}
+        schema_numbers: dict[tuple[str, str | None], int] = {}
         self._schema_of: list[int] = []
         for number, table in enumerate(tables):
             key = (table.source, table.schema_name)
             merged = schemas.setdefault(key, {})
             for term, weight in self._tables.document(number).items():
                 merged[term] = merged.get(term, 0.0) + weight
-            self._schema_of.append(list(schemas).index(key))
+            self._schema_of.append(schema_numbers.setdefault(key, len(schema_numbers)))
         self._schemas = Bm25Index(list(schemas.items()))
         self._schema_members: list[list[int]] = [[] for _ in schemas]
         for number, schema in enumerate(self._schema_of):
