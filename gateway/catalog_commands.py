@@ -88,8 +88,13 @@ def _render(result: SchemaSearchResult) -> str:
             lines.append(f"          {column.name} {column.type}{values}{comment}")
         if table.more_columns:
             lines.append(f"          … {table.more_columns} more columns")
+        for join in table.joins:
+            lines.append(f"          joins {join.table} on {join.on}{'' if join.declared else '  (inferred)'}")
     if not result.tables:
         lines.append("no matching tables")
+    for group in result.groups:
+        lines.append(f"together: {', '.join(group.tables)}")
+        lines += [f"          {condition}" for condition in group.joins]
     for example in result.examples:
         lines.append(f"example ({example.source or 'demo/uploads'}, {example.score:.2f}): {example.question}")
         lines += [f"          {line}" for line in example.sql.strip().splitlines()]
@@ -114,9 +119,12 @@ def _settings_with_sources() -> Settings:
 async def _sessions(settings: Settings) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
     """The migrated service database, for one command."""
     from agent_core.store.db import create_engine, session_factory
-    from gateway.migrate import upgrade
+    from gateway.migrate_check import is_current
 
-    await asyncio.to_thread(upgrade, settings.effective_database_url)
+    if not await asyncio.to_thread(is_current, settings.effective_database_url):
+        from gateway.migrate import upgrade
+
+        await asyncio.to_thread(upgrade, settings.effective_database_url)
     engine = create_engine(settings.effective_database_url)
     try:
         yield session_factory(engine)

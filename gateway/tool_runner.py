@@ -25,7 +25,13 @@ from agent_core.tools.catalog import STANDARD_TOOLS, audit_trail, build_tool
 from gateway.config import Settings
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import async_sessionmaker
+    from sqlmodel.ext.asyncio.session import AsyncSession
+
     from agent_core.governance.audit import AuditTrail
+    from agent_core.tools.base import Tool
+
+SEARCH_SCHEMA = "search_schema"  # built with the service database, beside the standard tools
 
 
 def _jsonable(raw: Any) -> Any:
@@ -55,12 +61,15 @@ async def run_tool(
     except ValueError as exc:
         print(f"ba-agent: {exc}", file=sys.stderr)
         return 2
-    if all(entry.name != name for entry in STANDARD_TOOLS):
-        names = ", ".join(sorted(entry.name for entry in STANDARD_TOOLS))
+    if name == SEARCH_SCHEMA and not settings.datasources:
+        print(f"ba-agent: {SEARCH_SCHEMA} searches the data sources' catalog: set BA_DATASOURCES", file=sys.stderr)
+        return 2
+    if name != SEARCH_SCHEMA and all(entry.name != name for entry in STANDARD_TOOLS):
+        names = ", ".join(sorted([SEARCH_SCHEMA, *(entry.name for entry in STANDARD_TOOLS)]))
         print(f"ba-agent: unknown tool {name!r} (tools: {names})", file=sys.stderr)
         return 2
-    async with service_audit(settings) as audit:
-        tool = build_tool(settings, name, audit)
+    async with service_audit(settings) as audit, service_sessions(settings, name == SEARCH_SCHEMA) as sessions:
+        tool = _schema_tool(settings, sessions) if name == SEARCH_SCHEMA else build_tool(settings, name, audit)
         assert tool is not None
         with collecting_new_garbage():
             try:
@@ -94,6 +103,30 @@ def collecting_new_garbage() -> Iterator[None]:
         gc.unfreeze()
 
 
+def _schema_tool(settings: Settings, sessions: async_sessionmaker[AsyncSession] | None) -> Tool:
+    """`search_schema`: built over the catalog in the service database, as in a chat."""
+    from agent_core.tools.schema_tools import search_schema_tool
+
+    assert sessions is not None  # data sources are configured
+    return search_schema_tool(settings, sessions)
+
+
+@asynccontextmanager
+async def service_sessions(settings: Settings, needed: bool) -> AsyncIterator[async_sessionmaker[AsyncSession] | None]:
+    """Sessions of the service database (where the schema catalog lives; `service_audit`
+    migrated it) when ``needed`` and data sources are configured, else None."""
+    if not needed or not settings.datasources:
+        yield None
+        return
+    from agent_core.store.db import create_engine, session_factory
+
+    engine = create_engine(settings.effective_database_url)
+    try:
+        yield session_factory(engine)
+    finally:
+        await engine.dispose()
+
+
 @asynccontextmanager
 async def service_audit(settings: Settings) -> AsyncIterator[AuditTrail | None]:
     """The audit trail in the service database (``DATABASE_URL`` or the SQLite default), when
@@ -106,9 +139,12 @@ async def service_audit(settings: Settings) -> AsyncIterator[AuditTrail | None]:
         yield None
         return
     from agent_core.store.db import create_engine, session_factory
-    from gateway.migrate import upgrade
+    from gateway.migrate_check import is_current
 
-    await asyncio.to_thread(upgrade, settings.effective_database_url)
+    if not await asyncio.to_thread(is_current, settings.effective_database_url):
+        from gateway.migrate import upgrade
+
+        await asyncio.to_thread(upgrade, settings.effective_database_url)
     engine = create_engine(settings.effective_database_url)
     try:
         yield audit_trail(settings, session_factory(engine))

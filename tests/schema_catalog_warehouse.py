@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -174,13 +174,19 @@ class Warehouse:
 
 
 @contextmanager
-def warehouse(tables: list[Table], *, analyze: bool = True, admin_url: str = ADMIN_URL) -> Iterator[Warehouse]:
-    """Create the tables in a new schema with a read-only login role; drop both afterwards."""
+def warehouse(
+    tables: list[Table], *, analyze: bool = True, admin_url: str = ADMIN_URL, constraints: Sequence[str] = ()
+) -> Iterator[Warehouse]:
+    """Create the tables in a new schema with a read-only login role; drop both afterwards.
+    ``constraints``: ALTER TABLE statements run after creation, ``{schema}`` standing for the
+    schema (declared keys)."""
     suffix = uuid.uuid4().hex[:8]
     schema, role = f"catalog_wh_{suffix}", f"catalog_ro_{suffix}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
         create_tables(conn, schema, tables)
+        for statement in constraints:
+            conn.execute(statement.format(schema=f'"{schema}"'))
         conn.execute(f'CREATE ROLE "{role}" LOGIN')
         conn.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
         conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"')

@@ -9,7 +9,7 @@ milliseconds.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -40,6 +40,8 @@ class Bm25Index(Generic[T]):
         self._items = [item for item, _ in documents]
         self._lengths = [sum(terms.values()) for _, terms in documents]
         self._average = (sum(self._lengths) / len(self._lengths)) if self._lengths else 1.0
+        self._documents = [terms for _, terms in documents]
+        self._norms = [K1 * (1 - B + B * length / self._average) for length in self._lengths]
         self._postings: dict[str, list[tuple[int, float]]] = {}
         for number, (_, terms) in enumerate(documents):
             for term, weight in terms.items():
@@ -47,6 +49,36 @@ class Bm25Index(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    @property
+    def items(self) -> list[T]:
+        return self._items
+
+    def document(self, number: int) -> dict[str, float]:
+        return self._documents[number]
+
+    def vocabulary(self) -> frozenset[str]:
+        return frozenset(self._postings)
+
+    def term_scores(self, query: Mapping[str, float]) -> dict[int, dict[str, float]]:
+        """Document number → each query term's share of its score (a term's weight in the
+        query multiplies it: a looser match of a question's word counts less)."""
+        count = len(self._items)
+        norms = self._norms
+        out: dict[int, dict[str, float]] = {}
+        for term, factor in query.items():
+            postings = self._postings.get(term)
+            if not postings:
+                continue
+            scale = (K1 + 1) * factor * math.log(1 + (count - len(postings) + 0.5) / (len(postings) + 0.5))
+            for number, weight in postings:
+                score = scale * weight / (weight + norms[number])
+                terms = out.get(number)
+                if terms is None:
+                    out[number] = {term: score}
+                else:
+                    terms[term] = score
+        return out
 
     def search(self, query: Iterable[str], limit: int, accept: Callable[[T], bool] = lambda _: True) -> list[Hit[T]]:
         """The ``limit`` best documents ``accept`` admits, best first (ties: document order)."""

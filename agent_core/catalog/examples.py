@@ -96,3 +96,22 @@ def _line_of(node: Any, loc: tuple[int | str, ...]) -> int:
             break
         line = node.start_mark.line
     return line + 1
+
+
+def tables_read(sql: str) -> set[tuple[str | None, str]]:
+    """The (schema, table) pairs an example's SQL reads, lower-cased (nothing when it does not
+    parse): the example's question then also describes those tables."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        trees = sqlglot.parse(sql)
+    except sqlglot.errors.SqlglotError:
+        return set()
+    return {
+        ((table.db or None) and table.db.lower(), table.name.lower())
+        for tree in trees
+        if tree is not None
+        for table in tree.find_all(exp.Table)
+        if table.name
+    }

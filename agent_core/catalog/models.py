@@ -7,12 +7,22 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 
+class ForeignKey(BaseModel):
+    """The column a foreign key points to (declared in the source)."""
+
+    schema_name: str | None
+    table: str
+    column: str
+
+
 class CatalogColumn(BaseModel):
     name: str
     type: str
     comment: str | None = None
     # The distinct values of a low-cardinality text column (at most MAX_SAMPLE_VALUES).
     sample_values: list[str] = Field(default_factory=list)
+    primary_key: bool = False  # part of the table's declared primary key
+    references: ForeignKey | None = None  # a declared foreign key
 
 
 class CatalogTable(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_core.catalog.models import CatalogColumn, CatalogTable
+from agent_core.catalog.models import CatalogColumn, CatalogTable, ForeignKey
 from agent_core.catalog.profiling import (
     EXACT_COUNT_MAX_BYTES,
     SAMPLE_MAX_ROWS,
@@ -29,6 +29,13 @@ _COLUMNS_SQL = (
     "WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME, ORDINAL_POSITION"
 )
 
+_KEYS_SQL = (
+    "SELECT TABLE_NAME, COLUMN_NAME, CONSTRAINT_NAME, REFERENCED_TABLE_SCHEMA, REFERENCED_TABLE_NAME, "
+    "REFERENCED_COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
+    "AND (CONSTRAINT_NAME = 'PRIMARY' OR REFERENCED_TABLE_NAME IS NOT NULL)"
+)
+Keys = dict[tuple[str, str], tuple[bool, ForeignKey | None]]
+
 
 def read_mysql_catalog(cfg: DataSourceConfig, timeout_s: float) -> list[CatalogTable]:
     from agent_core.data.sources import _mysql_connection  # the source's read-only session
@@ -43,16 +50,26 @@ def read_mysql_catalog(cfg: DataSourceConfig, timeout_s: float) -> list[CatalogT
         for table, name, type_name, comment in cursor.fetchall():
             columns.setdefault(table, []).append((name, type_name, comment or None))
 
+        cursor.execute(_KEYS_SQL, [database])
+        keys: Keys = {}
+        for table, name, constraint, target_schema, target_table, target_column in cursor.fetchall():
+            primary, reference = keys.get((table, name), (False, None))
+            if constraint == "PRIMARY":
+                primary = True
+            else:
+                reference = ForeignKey(schema_name=target_schema, table=target_table, column=target_column)
+            keys[(table, name)] = (primary, reference)
+
         def fetch(sql: str) -> list[tuple[Any, ...]]:
             cursor.execute(sql)
             return list(cursor.fetchall())
 
         profiler = Profiler(fetch, quote_backtick, cast_text="CHAR")
-        return [_table(cfg.name, row, columns.get(row[1], []), profiler) for row in relations]
+        return [_table(cfg.name, row, columns.get(row[1], []), profiler, keys) for row in relations]
 
 
 def _table(
-    source: str, relation: tuple[Any, ...], columns: list[tuple[str, str, str | None]], profiler: Profiler
+    source: str, relation: tuple[Any, ...], columns: list[tuple[str, str, str | None]], profiler: Profiler, keys: Keys
 ) -> CatalogTable:
     schema, name, table_type, comment, table_rows, data_length = relation
     is_view = table_type == "VIEW"
@@ -76,7 +93,14 @@ def _table(
         row_count=row_count,
         row_count_estimated=estimated,
         columns=[
-            CatalogColumn(name=column, type=type_name, comment=column_comment, sample_values=samples.get(column, []))
+            CatalogColumn(
+                name=column,
+                type=type_name,
+                comment=column_comment,
+                sample_values=samples.get(column, []),
+                primary_key=keys.get((name, column), (False, None))[0],
+                references=keys.get((name, column), (False, None))[1],
+            )
             for column, type_name, column_comment in columns
         ],
     )

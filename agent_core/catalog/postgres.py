@@ -1,4 +1,4 @@
-"""Reading a PostgreSQL source's catalog: three catalog queries for any number of tables.
+"""Reading a PostgreSQL source's catalog: four catalog queries for any number of tables.
 
 Only what the source's role can read is listed (``USAGE`` on the schema, ``SELECT`` on the
 table). Row counts come from ``pg_class.reltuples`` for tables over
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_core.catalog.models import CatalogColumn, CatalogTable
+from agent_core.catalog.models import CatalogColumn, CatalogTable, ForeignKey
 from agent_core.catalog.profiling import (
     EXACT_COUNT_MAX_BYTES,
     SAMPLE_MAX_ROWS,
@@ -42,6 +42,18 @@ FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 WHERE a.attrelid = ANY(%s) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attrelid, a.attnum
 """
+# Declared primary keys and foreign keys, one row per key column (a foreign key's target column
+# beside it, matched by position).
+_KEYS_SQL = """
+SELECT con.conrelid, con.contype, a.attname, fn.nspname, fc.relname, fa.attname
+FROM pg_constraint con
+CROSS JOIN LATERAL unnest(con.conkey, con.confkey) AS k(attnum, target_attnum)
+JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum
+LEFT JOIN pg_class fc ON fc.oid = con.confrelid
+LEFT JOIN pg_namespace fn ON fn.oid = fc.relnamespace
+LEFT JOIN pg_attribute fa ON fa.attrelid = con.confrelid AND fa.attnum = k.target_attnum
+WHERE con.contype IN ('p', 'f') AND con.conrelid = ANY(%s)
+"""
 # pg_stats shows only columns the role may read. The anyarray of most-common values becomes
 # text[] through its text form.
 _STATS_SQL = """
@@ -60,6 +72,14 @@ def read_postgres_catalog(cfg: DataSourceConfig, timeout_s: float) -> list[Catal
         columns: dict[int, list[tuple[str, str, str | None, bool]]] = {}
         for oid, name, type_name, comment, is_text in conn.execute(_COLUMNS_SQL, [oids]):
             columns.setdefault(oid, []).append((name, type_name, comment, is_text))
+        keys: dict[int, dict[str, tuple[bool, ForeignKey | None]]] = {}
+        for oid, kind, column, target_schema, target_table, target_column in conn.execute(_KEYS_SQL, [oids]):
+            primary, reference = keys.setdefault(oid, {}).get(column, (False, None))
+            if kind == "p":
+                primary = True
+            elif target_table is not None and target_column is not None:
+                reference = ForeignKey(schema_name=target_schema, table=target_table, column=target_column)
+            keys[oid][column] = (primary, reference)
         schemas = sorted({row[1] for row in relations})
         stats: dict[tuple[str, str], dict[str, tuple[float | None, list[Any] | None]]] = {}
         for schema, table, column, n_distinct, common in conn.execute(_STATS_SQL, [schemas]):
@@ -69,10 +89,47 @@ def read_postgres_catalog(cfg: DataSourceConfig, timeout_s: float) -> list[Catal
             return conn.execute(sql).fetchall()
 
         profiler = Profiler(fetch, quote_double)
+        counts = profiler.counts([(row[1], row[2]) for row in relations if _needs_count(row)])
+        # Values of small tables the engine has no statistics about, read in batches.
+        unsampled = [
+            row for row in relations if (row[1], row[2]) not in stats and 0 < (_row_count(row, counts)[0] or 0) <= SAMPLE_MAX_ROWS
+        ]
+        read = profiler.distinct_values_of(
+            [(row[1], row[2], [c[0] for c in columns.get(row[0], []) if c[3]]) for row in unsampled]
+        )
+        samples = {row[0]: values for row, values in zip(unsampled, read, strict=True)}
         return [
-            _table(cfg.name, row, columns.get(row[0], []), stats.get((row[1], row[2])), profiler)
+            _table(
+                cfg.name,
+                row,
+                columns.get(row[0], []),
+                stats.get((row[1], row[2])),
+                keys.get(row[0], {}),
+                counts,
+                samples.get(row[0], {}),
+            )
             for row in relations
         ]
+
+
+def _row_count(relation: tuple[Any, ...], counts: dict[tuple[str | None, str], int | None]) -> tuple[int | None, bool]:
+    """The table's row count and whether it is the engine's estimate."""
+    _oid, schema, name, relkind, _comment, reltuples, size = relation
+    if relkind not in ("r", "p", "m"):
+        return None, False
+    if size == 0:  # no pages, no rows (a warehouse's empty staging tables)
+        return 0, False
+    if _needs_count(relation):
+        return counts.get((schema, name)), False
+    return int(reltuples), True
+
+
+def _needs_count(relation: tuple[Any, ...]) -> bool:
+    """A table that is neither empty (no pages: no rows) nor big enough for the estimate."""
+    _oid, _schema, _name, relkind, _comment, reltuples, size = relation
+    if relkind not in ("r", "p", "m") or size == 0:
+        return False
+    return not (size is not None and size > EXACT_COUNT_MAX_BYTES and reltuples is not None and reltuples >= 0)
 
 
 def _table(
@@ -80,24 +137,18 @@ def _table(
     relation: tuple[Any, ...],
     columns: list[tuple[str, str, str | None, bool]],
     stats: dict[str, tuple[float | None, list[Any] | None]] | None,
-    profiler: Profiler,
+    keys: dict[str, tuple[bool, ForeignKey | None]],
+    counts: dict[tuple[str | None, str], int | None],
+    read: dict[str, list[str]],
 ) -> CatalogTable:
-    _oid, schema, name, relkind, comment, reltuples, size = relation
-    row_count: int | None = None
-    estimated = False
-    if relkind in ("r", "p", "m"):
-        if size is not None and size > EXACT_COUNT_MAX_BYTES and reltuples is not None and reltuples >= 0:
-            row_count, estimated = int(reltuples), True
-        else:
-            row_count = profiler.count(schema, name)
-    samples: dict[str, list[str]] = {}
+    _oid, schema, name, relkind, comment, reltuples, _size = relation
+    row_count, estimated = _row_count(relation, counts)
+    samples = read
     if stats:
         rows = float(reltuples) if reltuples is not None and reltuples > 0 else float(row_count or 0)
         for column, (n_distinct, common) in stats.items():
             distinct = n_distinct if n_distinct is None or n_distinct >= 0 else -n_distinct * rows
             samples[column] = low_cardinality_values(common, distinct)
-    elif row_count is not None and 0 < row_count <= SAMPLE_MAX_ROWS:
-        samples = profiler.distinct_values(schema, name, [c[0] for c in columns if c[3]])
     return CatalogTable(
         source=source,
         schema_name=schema,
@@ -112,6 +163,8 @@ def _table(
                 type=type_name,
                 comment=column_comment,
                 sample_values=samples.get(column, []) if is_text else [],
+                primary_key=keys.get(column, (False, None))[0],
+                references=keys.get(column, (False, None))[1],
             )
             for column, type_name, column_comment, is_text in columns
         ],

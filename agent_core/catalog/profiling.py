@@ -21,10 +21,13 @@ EXACT_COUNT_MAX_BYTES = 64 * 1024**2  # count tables up to this size; estimate l
 SAMPLE_MAX_ROWS = 200_000  # read distinct values of tables up to this many rows
 MAX_SAMPLED_COLUMNS = 24  # per table
 PROFILE_BUDGET_S = 60.0  # per source and refresh
+COUNT_BATCH = 100  # tables counted per statement
+SAMPLE_BATCH = 20  # tables whose distinct values one statement reads
 
 TEXT_TYPE = re.compile(r"char|text|string|enum|citext|\bset\b", re.IGNORECASE)
 
 Fetch = Callable[[str], list[tuple[Any, ...]]]
+Sampled = tuple[str | None, str, Sequence[str]]  # schema, table, its text columns
 
 
 @dataclass
@@ -51,30 +54,79 @@ class Profiler:
         rows = self._try(f"SELECT count(*) FROM {self.relation(schema, name)}")
         return int(rows[0][0]) if rows else None
 
+    def counts(self, relations: Sequence[tuple[str | None, str]]) -> dict[tuple[str | None, str], int | None]:
+        """Row counts of many tables, COUNT_BATCH per statement (a warehouse of thousands of
+        small tables is counted in a few dozen round trips); a batch that fails is counted
+        table by table."""
+        out: dict[tuple[str | None, str], int | None] = {}
+        for start in range(0, len(relations), COUNT_BATCH):
+            if self.exhausted:
+                break
+            batch = relations[start : start + COUNT_BATCH]
+            rows = self._try(
+                " UNION ALL ".join(
+                    f"SELECT {i} AS n, count(*) AS c FROM {self.relation(schema, name)}" for i, (schema, name) in enumerate(batch)
+                )
+            )
+            if rows is None:
+                out |= {(schema, name): self.count(schema, name) for schema, name in batch}
+            else:
+                out |= {batch[int(i)]: int(c) for i, c in rows}
+        return out
+
     def distinct_values(self, schema: str | None, name: str, columns: Sequence[str]) -> dict[str, list[str]]:
         """Column → its distinct values, for the columns with at most MAX_SAMPLE_VALUES."""
-        columns = list(columns)[:MAX_SAMPLED_COLUMNS]
-        if not columns or self.exhausted:
+        return self.distinct_values_of([(schema, name, columns)])[0]
+
+    def distinct_values_of(self, tables: Sequence[Sampled]) -> list[dict[str, list[str]]]:
+        """`distinct_values` of many tables, SAMPLE_BATCH tables per statement; a batch that
+        fails is read table by table."""
+        out: list[dict[str, list[str]]] = []
+        for start in range(0, len(tables), SAMPLE_BATCH):
+            batch = [
+                (schema, name, list(columns)[:MAX_SAMPLED_COLUMNS])
+                for schema, name, columns in tables[start : start + SAMPLE_BATCH]
+            ]
+            if self.exhausted:
+                out += [{} for _ in batch]
+                continue
+            rows = self._try(self._distinct_sql(batch))
+            if rows is None and len(batch) > 1:
+                out += [self._read_distinct([table]) for table in batch]
+                continue
+            out += self._parse_distinct(batch, rows or [])
+        return out
+
+    def _read_distinct(self, batch: list[tuple[str | None, str, list[str]]]) -> dict[str, list[str]]:
+        if self.exhausted:
             return {}
-        relation = self.relation(schema, name)
-        # One statement per table: each column's first MAX_SAMPLE_VALUES + 1 distinct values.
-        parts = [
-            f"SELECT {i} AS col_no, CAST(v AS {self.cast_text}) AS val FROM "
-            f"(SELECT DISTINCT {self.quote(column)} AS v FROM {relation} "
-            f"WHERE {self.quote(column)} IS NOT NULL LIMIT {MAX_SAMPLE_VALUES + 1}) AS d{i}"
-            for i, column in enumerate(columns)
-        ]
-        rows = self._try(" UNION ALL ".join(parts))
-        if rows is None:
-            return {}
-        values: dict[int, list[str]] = {}
-        for col_no, value in rows:
-            values.setdefault(int(col_no), []).append(str(value))
-        return {
-            columns[i]: sorted(found)
-            for i, found in values.items()
-            if len(found) <= MAX_SAMPLE_VALUES and all(len(v) <= MAX_SAMPLE_CHARS for v in found)
-        }
+        return self._parse_distinct(batch, self._try(self._distinct_sql(batch)) or [])[0]
+
+    def _distinct_sql(self, batch: list[tuple[str | None, str, list[str]]]) -> str:
+        # Each column's first MAX_SAMPLE_VALUES + 1 distinct values, tagged by table and column.
+        return (
+            " UNION ALL ".join(
+                f"SELECT {t} AS t, {i} AS col_no, CAST(v AS {self.cast_text}) AS val FROM "
+                f"(SELECT DISTINCT {self.quote(column)} AS v FROM {self.relation(schema, name)} "
+                f"WHERE {self.quote(column)} IS NOT NULL LIMIT {MAX_SAMPLE_VALUES + 1}) AS d{t}_{i}"
+                for t, (schema, name, columns) in enumerate(batch)
+                for i, column in enumerate(columns)
+            )
+            or "SELECT 0, 0, '' WHERE false"
+        )
+
+    @staticmethod
+    def _parse_distinct(
+        batch: list[tuple[str | None, str, list[str]]], rows: list[tuple[Any, ...]]
+    ) -> list[dict[str, list[str]]]:
+        values: dict[tuple[int, int], list[str]] = {}
+        for table_no, col_no, value in rows:
+            values.setdefault((int(table_no), int(col_no)), []).append(str(value))
+        out: list[dict[str, list[str]]] = [{} for _ in batch]
+        for (t, i), found in values.items():
+            if len(found) <= MAX_SAMPLE_VALUES and all(len(v) <= MAX_SAMPLE_CHARS for v in found):
+                out[t][batch[t][2][i]] = sorted(found)
+        return out
 
     def _try(self, sql: str) -> list[tuple[Any, ...]] | None:
         try:

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from sqlmodel import SQLModel, col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from agent_core.catalog.models import CatalogColumn, CatalogTable, SourceCatalog
+from agent_core.catalog.models import CatalogColumn, CatalogTable, ForeignKey, SourceCatalog
 from agent_core.catalog.tables import CATALOG_TABLES, CatalogColumnRow, CatalogSourceRow, CatalogTableRow
 from agent_core.messages import utcnow
 from agent_core.store.db import table_of
@@ -68,6 +68,8 @@ class CatalogStore:
                 "type": column.type,
                 "comment": column.comment,
                 "sample_values": json.dumps(column.sample_values, ensure_ascii=False) if column.sample_values else None,
+                "primary_key": column.primary_key,
+                "foreign_key": column.references.model_dump_json() if column.references else None,
             }
             for number, table in enumerate(catalog.tables)
             for position, column in enumerate(table.columns)
@@ -132,6 +134,8 @@ class CatalogStore:
                     type=row.type,
                     comment=row.comment,
                     sample_values=json.loads(row.sample_values) if row.sample_values else [],
+                    primary_key=row.primary_key,
+                    references=ForeignKey.model_validate_json(row.foreign_key) if row.foreign_key else None,
                 )
             )
         return [

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Column, Text
+from sqlalchemy import BigInteger, Boolean, Column, Text, false
 from sqlmodel import Field, SQLModel
 
 from agent_core.store.types import utc_column
@@ -51,6 +51,9 @@ class CatalogColumnRow(SQLModel, table=True):
     type: str = Field(sa_column=Column(Text, nullable=False))
     comment: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     sample_values: str | None = Field(default=None, sa_column=Column(Text, nullable=True))  # JSON list
+    # Declared keys (migration 0007): part of the primary key; the foreign key's target as JSON.
+    primary_key: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+    foreign_key: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
 
 
 CATALOG_TABLES = (CatalogSourceRow, CatalogTableRow, CatalogColumnRow)

@@ -10,6 +10,7 @@ meets a Chinese column comment without a dictionary.
 
 from __future__ import annotations
 
+import functools
 import re
 
 # Letters/digits runs, or runs of CJK ideographs (and the kana/hangul blocks around them).
@@ -62,6 +63,7 @@ ABBREVIATIONS = {
 }
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
     """A light English stemmer: plural, -ing, -ed and a few derivational endings.
 
@@ -119,8 +121,11 @@ def identifier_parts(identifier: str) -> list[str]:
 
 def terms(text: str | None) -> list[str]:
     """The search terms of ``text`` (a name, comment, value or question), in order, repeated."""
-    if not text:
-        return []
+    return list(_terms(text)) if text else []
+
+
+@functools.lru_cache(maxsize=1 << 16)  # warehouses repeat their names: id, name, created_at…
+def _terms(text: str) -> tuple[str, ...]:
     out: list[str] = []
     for word in _WORDS.findall(text):
         if _CJK.match(word):
@@ -137,7 +142,7 @@ def terms(text: str | None) -> list[str]:
             expanded = ABBREVIATIONS.get(part)
             if expanded is not None:
                 out.append(stem(expanded))
-    return out
+    return tuple(out)
 
 
 def _cjk_terms(run: str) -> list[str]:

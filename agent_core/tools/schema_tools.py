@@ -59,9 +59,11 @@ class SearchSchemaTool(Tool[SearchSchemaInput]):
         "Find the tables of the company data sources that can answer a question: keyword search "
         "over table and column names, comments (English or Chinese) and column values. Returns "
         "the best tables with their source, columns (name, type, comment, values of category "
-        "columns) and row counts, plus verified example SQL for similar questions and matching "
-        "metric definitions. Call it first when a data source has many tables, then query with "
-        "sql_query(source=...)."
+        "columns) and row counts; when the question needs several tables, the groups of tables "
+        "that join and their join conditions (declared foreign keys, or inferred from column "
+        "names: declared=false, check them); plus verified example SQL for similar questions and "
+        "matching metric definitions. Call it first when a data source has many tables, then "
+        "query with sql_query(source=...)."
     )
     Input = SearchSchemaInput
     # The first call may read a source's catalog (a new source, a fresh install).
