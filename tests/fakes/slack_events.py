@@ -25,6 +25,7 @@ from urllib.parse import urlencode
 
 __all__ = [
     "app_mention",
+    "app_uninstalled",
     "block_actions",
     "encode",
     "message",
@@ -114,6 +115,19 @@ def _rich_text_blocks(text: str) -> list[dict[str, Any]]:
             "elements": [{"type": "rich_text_section", "elements": elements}],
         }
     ]
+
+
+def app_uninstalled(team: str = "T1", *, api_app_id: str = "A1", event_id: str | None = None) -> dict[str, Any]:
+    """The ``app_uninstalled`` event_callback Slack sends when a workspace removes the app."""
+    return {
+        "token": VERIFICATION_TOKEN,
+        "team_id": team,
+        "api_app_id": api_app_id,
+        "event": {"type": "app_uninstalled"},
+        "type": "event_callback",
+        "event_id": event_id or "Ev" + secrets.token_hex(5).upper(),
+        "event_time": int(time.time()),
+    }
 
 
 def _envelope(
