@@ -64,10 +64,10 @@ class CredentialCheck:
                 return
             except Exception as exc:  # noqa: BLE001 - timeouts, connection errors, 5xx: ask again
                 timed_out = isinstance(exc, TimeoutError)
-                reason = f"no answer within {self._timeout_s:.0f} s" if timed_out else type(exc).__name__
+                reason = f"no answer within {self._timeout_s:g} s" if timed_out else type(exc).__name__
                 self.status = CredentialStatus(state=CredentialState.UNVERIFIED, detail=reason)
                 log.warning(
-                    "%s credentials not verified yet (%s); checking again in %.0f s",
+                    "%s credentials not verified yet (%s); checking again in %g s",
                     self._title, reason, self._retry_after_s,
                 )  # fmt: skip
                 await asyncio.sleep(self._retry_after_s)

@@ -153,6 +153,8 @@ class SlackAdapter:
         try:
             identity = await self.client.auth_test()
         except SlackApiError as exc:
+            if exc.response.status_code != 200:  # rate limited, an outage: ask again later
+                raise
             error = exc.response.get("error")
             raise CredentialsRefused(f"auth.test answered {error}: check SLACK_BOT_TOKEN") from None
         return (
