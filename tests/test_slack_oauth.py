@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 from http.cookies import SimpleCookie
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import pytest
 
+from adapters.slack.scopes import bot_scopes
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention, app_uninstalled
@@ -41,13 +43,16 @@ async def gateway(database_url, tmp_path, fakes):
 
 async def install(gw: Gateway, team: str, **authorize: str) -> tuple[int, str]:
     """What an admin of `team` does: open the install page, click "Add to Slack", approve on
-    Slack, land back on the gateway. The browser keeps the state cookie the install page set."""
+    Slack (`authorize`: what else they pick there), land back on the gateway. The browser keeps
+    the state cookie the install page set."""
     async with gw.http.get(gw.server.make_url("/slack/install")) as page:
         assert page.status == 200
         html = await page.text()
         cookie = SimpleCookie(page.headers["Set-Cookie"])
     [link] = re.findall(r'href="([^"]*oauth/v2/authorize[^"]*)"', html)
     link = link.replace("&amp;", "&")
+    # The link asks for the scopes the shipped manifests grant (SLACK_SCOPES' default).
+    assert parse_qs(urlsplit(link).query)["scope"] == [",".join(bot_scopes())]
     params = "".join(f"&{key}={value}" for key, value in {"team": team, **authorize}.items())
     async with aiohttp.ClientSession() as browser:  # Slack's page, then back to the gateway
         async with browser.get(link + params, allow_redirects=False) as approved:
@@ -111,7 +116,22 @@ async def test_an_uninstalled_workspace_is_no_longer_answered(gateway, fakes) ->
     assert await gateway.stored_events() == 1
 
 
-async def test_an_install_with_a_forged_or_reused_state_is_refused(gateway, fakes) -> None:
+async def test_an_org_wide_install_answers_every_workspace_of_the_org_with_the_orgs_token(gateway, fakes) -> None:
+    anthropic, slack = fakes
+    assert (await install(gateway, "T5", enterprise="E1", org_wide="1"))[0] == 200
+    assert slack.installs[0]["is_enterprise_install"] is True and slack.installs[0]["team"] is None
+    org_token = slack.token_of("E1")
+    anthropic.script(Reply([text("Answer in the first workspace.")]), Reply([text("Answer in the second.")]))
+    for team, channel, ts in (("T5", "C5", "1700000005.000100"), ("T6", "C6", "1700000006.000100")):
+        event = app_mention("<@UBOTE1> GMV?", "U1", channel, ts=ts, team=team, bot_user_id="UBOTE1",
+                            enterprise="E1", org_wide=True)  # fmt: skip
+        assert (await gateway.post_event(event)).status == 200
+    await gateway.settled()
+    assert len(answers(slack, "C5")) == 1 and len(answers(slack, "C6")) == 1
+    assert {call.token for call in slack.calls if call.params.get("channel")} == {org_token}
+
+
+async def test_an_install_with_a_state_the_gateway_never_issued_is_refused(gateway, fakes) -> None:
     _anthropic, slack = fakes
     status, _page = await install(gateway, "T1")
     assert status == 200
