@@ -24,6 +24,7 @@ from agent_core.messages import Attachment, InboundMessage, OutboundReply, Threa
 
 if TYPE_CHECKING:
     from aiohttp import web
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
     from agent_core.governance.approval import ApprovalView
     from agent_core.governance.approval_store import StoredApproval
@@ -47,6 +48,22 @@ class ConnectionStatus(BaseModel):
     last_frame_at: datetime | None = None  # any frame, pings and pongs included
     last_event_at: datetime | None = None
     restarts: int = 0  # connections replaced by the adapter's supervisor
+
+
+class CredentialState(StrEnum):
+    """A platform's credentials as checked at start-up (`adapters.credentials`)."""
+
+    CHECKING = "checking"
+    OK = "ok"
+    REFUSED = "refused"  # the platform answered: wrong token or secret, app not installed
+    UNVERIFIED = "unverified"  # the platform did not answer (slow, unreachable); asked again
+
+
+class CredentialStatus(BaseModel):
+    """What /readyz reports about a platform's credentials (never a secret)."""
+
+    state: CredentialState
+    detail: str = ""  # who the credentials are, or why they could not be verified
 
 
 class AcceptOutcome(StrEnum):
@@ -107,9 +124,9 @@ class Responder(Protocol):
     def mention(self, user: str) -> str:
         """Markup that notifies `user` in a post (empty where the platform has none)."""
 
-    async def user_locale(self, user: str) -> str | None:
-        """`user`'s locale as the platform states it ("zh-CN", "en-US"); None where it does not
-        (then the message's own language decides)."""
+    async def user_locale(self, user: str, workspace: str) -> str | None:
+        """`user`'s locale (a user of `workspace`) as the platform states it ("zh-CN",
+        "en-US"); None where it does not (then the message's own language decides)."""
 
     def dm_address(self, user: str) -> str | None:
         """The channel to post to for a direct message to `user`, when the platform can address
@@ -155,6 +172,8 @@ class GatewayServices:
     is_live: IsLive
     approvals: LookupApproval | None = None  # None: approval buttons are not answered
     monitor_actions: ActOnAlert | None = None  # None: alert buttons are not answered
+    # The service database, for a platform's own tables (created by the gateway's migrations).
+    engine: AsyncEngine | None = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +220,10 @@ class PlatformAdapter(Protocol):
 
     def status(self) -> ConnectionStatus | None:
         """The long-lived connection's state for /readyz; None when there is none."""
+
+    def credentials(self) -> CredentialStatus | None:
+        """The start-up check of the platform's credentials, for /readyz; None when the
+        platform has none to check."""
 
     async def stop(self) -> None:
         """Stop receiving: in-flight events commit and are acknowledged first."""

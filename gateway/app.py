@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 RUNTIME = web.AppKey("runtime", Runtime)
 # Platform connections: name → status(), None where the platform's mode has no long-lived one.
 CONNECTIONS = web.AppKey("connections", dict)
+# Platform credential checks at start-up: name → credentials(), None where there is none.
+CREDENTIALS = web.AppKey("credentials", dict)
 WORKERS = web.AppKey[WorkerPool | None]("workers")
 
 
@@ -80,6 +82,10 @@ async def readyz(request: web.Request) -> web.Response:
 
         SOURCE_CHECKS.recheck_due(sources.values(), runtime.settings.access_policy)
         body["sources"] = SOURCE_CHECKS.status(sources)
+    # Reported, not required: a refused token is fixed in configuration, not by routing
+    # traffic to another replica with the same one.
+    checks = {name: check() for name, check in request.app[CREDENTIALS].items()}
+    body["credentials"] = {name: c.model_dump(mode="json") for name, c in checks.items() if c is not None}
     # Reported, not required: accepted events wait durably while a worker restarts.
     if (workers := request.app[WORKERS]) is not None:
         body["workers"] = {"ready": workers.ready, "configured": workers.count}
@@ -110,6 +116,7 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_get("/metrics", metrics)
 
     app[CONNECTIONS] = platforms.connections
+    app[CREDENTIALS] = platforms.credentials
     mount_routes(app, settings, platforms)
 
     wake_forwarder: asyncio.Task[None] | None = None

@@ -200,7 +200,7 @@ class Dispatcher:
             return True
         await self._inbox.start(row.id)
         if msg.locale is None:  # looked up here, not on the acknowledgement path
-            msg = msg.model_copy(update={"locale": await responder.user_locale(msg.user)})
+            msg = msg.model_copy(update={"locale": await responder.user_locale(msg.user, msg.workspace)})
         attempt = row.attempts + 1
         delivery_id = f"ev{row.id}"
         try:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.base import ConnectionStatus, GatewayServices, Platform, PlatformAdapter, Responder
+from adapters.base import ConnectionStatus, CredentialStatus, GatewayServices, Platform, PlatformAdapter, Responder
 from gateway.config import Settings
 from gateway.monitors import alert_actions
 from gateway.runtime import Runtime
@@ -24,6 +24,7 @@ def gateway_services(runtime: Runtime) -> GatewayServices:
         is_live=runtime.inbox.thread_is_live,
         approvals=runtime.approvals.get,
         monitor_actions=alert_actions(runtime.monitors),
+        engine=runtime.engine,
     )
 
 
@@ -41,6 +42,11 @@ class Platforms:
     def connections(self) -> dict[str, Callable[[], ConnectionStatus | None]]:
         """Each adapter's connection status, for /readyz (None where it has no connection)."""
         return {name: adapter.status for name, adapter in self.adapters.items()}
+
+    @property
+    def credentials(self) -> dict[str, Callable[[], CredentialStatus | None]]:
+        """Each adapter's start-up credential check, for /readyz (None where it has none)."""
+        return {name: adapter.credentials for name, adapter in self.adapters.items()}
 
     async def start_connections(self) -> None:
         """Open the long-lived connections of the modes that have one."""

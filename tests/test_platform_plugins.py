@@ -18,6 +18,7 @@ from pydantic_settings import SettingsConfigDict
 from adapters.base import (
     ConnectionState,
     ConnectionStatus,
+    CredentialStatus,
     GatewayServices,
     Handler,
     Platform,
@@ -85,7 +86,7 @@ class PagerResponder:
     def mention(self, user: str) -> str:
         return f"@{user}"
 
-    async def user_locale(self, user: str) -> str | None:
+    async def user_locale(self, user: str, workspace: str) -> str | None:
         return None
 
     def dm_address(self, user: str) -> str | None:
@@ -127,6 +128,9 @@ class PagerAdapter:
 
     def status(self) -> ConnectionStatus | None:
         return ConnectionStatus(state=ConnectionState.CONNECTED if self.started else ConnectionState.STOPPED)
+
+    def credentials(self) -> CredentialStatus | None:
+        return None
 
     async def stop(self) -> None:
         self.started = False
@@ -202,8 +206,9 @@ async def test_unconfigured_platforms_answer_503_saying_what_to_set(
         answers = [await post(gw, f"/{name}/events", {}) for name in ("slack", "feishu", "pager")]
         status, ready = await gw.get_json("/readyz")
     assert answers == [
-        (503, {"ok": False, "error": "Slack is not configured: set SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET "
-                                     "(or SLACK_MODE=socket and SLACK_APP_TOKEN)"}),
+        (503, {"ok": False, "error": "Slack is not configured: set SLACK_BOT_TOKEN (or SLACK_CLIENT_ID and "
+                                     "SLACK_CLIENT_SECRET) and SLACK_SIGNING_SECRET (or SLACK_MODE=socket and "
+                                     "SLACK_APP_TOKEN)"}),
         (503, {"ok": False, "error": "Feishu is not configured: set FEISHU_APP_ID and FEISHU_APP_SECRET"}),
         (503, {"ok": False, "error": "Pager is not configured: set PAGER_TOKEN"}),
     ]

@@ -75,7 +75,7 @@ class FakeResponder:
     def mention(self, user: str) -> str:
         return f"@{user} "
 
-    async def user_locale(self, user: str) -> str | None:
+    async def user_locale(self, user: str, workspace: str) -> str | None:
         return None
 
     def dm_address(self, user: str) -> str | None:

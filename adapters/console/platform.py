@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 
 from pydantic_settings import SettingsConfigDict
 
-from adapters.base import ConnectionStatus, GatewayServices, Handler, Platform, PlatformSettings, Route
+from adapters.base import (
+    ConnectionStatus,
+    CredentialStatus,
+    GatewayServices,
+    Handler,
+    Platform,
+    PlatformSettings,
+    Route,
+)
 
 if TYPE_CHECKING:
     from adapters.console.responder import ConsoleResponder
@@ -47,6 +55,9 @@ class ConsoleAdapter:
         return None
 
     def status(self) -> ConnectionStatus | None:
+        return None
+
+    def credentials(self) -> CredentialStatus | None:
         return None
 
     async def stop(self) -> None:

@@ -132,7 +132,7 @@ class ConsoleResponder:
         self._out.write(f"\n  · {done}\n")
         self._out.flush()
 
-    async def user_locale(self, user: str) -> str | None:
+    async def user_locale(self, user: str, workspace: str) -> str | None:
         return None  # a terminal has no user profile: the message's language decides
 
     def dm_address(self, user: str) -> str | None:

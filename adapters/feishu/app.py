@@ -3,13 +3,15 @@ configured mode (the /feishu/events webhook handler, or the long connection)."""
 
 from __future__ import annotations
 
-from adapters.base import ConnectionStatus, GatewayServices, Handler, Route
+from adapters.base import ConnectionStatus, CredentialStatus, GatewayServices, Handler, Route
+from adapters.credentials import CredentialCheck, CredentialsRefused
 from adapters.feishu.card_actions import CardActions
 from adapters.feishu.client import FeishuClient
 from adapters.feishu.config import FeishuConfig
 from adapters.feishu.events import PLATFORM
 from adapters.feishu.longconn import FeishuLongConnection
 from adapters.feishu.responder import FeishuResponder
+from adapters.feishu.transport import FeishuApiError
 from adapters.feishu.webhook import make_feishu_handler
 
 
@@ -37,12 +39,15 @@ class FeishuAdapter:
             if config.mode == "websocket"
             else None
         )
+        self._credentials = CredentialCheck("feishu", self._check_credentials)
 
     def handler(self, route: Route) -> Handler:
         return self.handle
 
     async def start(self) -> None:
-        """Open the long connection (websocket mode); nothing to do for webhooks."""
+        """Check the credentials (in the background), open the long connection (websocket
+        mode); nothing more for webhooks."""
+        self._credentials.start()
         if self.long_connection is not None:
             await self.long_connection.start()
 
@@ -50,8 +55,28 @@ class FeishuAdapter:
         """The long connection's state for /readyz (None in webhook mode)."""
         return self.long_connection.status() if self.long_connection is not None else None
 
+    def credentials(self) -> CredentialStatus | None:
+        return self._credentials.status
+
+    async def _check_credentials(self) -> str:
+        """A tenant_access_token for the app id and secret, then the bot it speaks as."""
+        try:
+            await self.client.tenant_token()
+        except FeishuApiError as exc:
+            if exc.code <= 0:  # no answer Feishu gave (an HTML error page, a proxy): ask again
+                raise
+            raise CredentialsRefused(
+                f"tenant token refused (code {exc.code}: {exc.msg}): check FEISHU_APP_ID and FEISHU_APP_SECRET"
+            ) from None
+        try:
+            bot = await self.client.bot_info()
+        except FeishuApiError as exc:
+            raise CredentialsRefused(f"app {self.config.app_id} has no bot ({exc.msg}): add the Bot feature") from None
+        return f"app {self.config.app_id}, bot {bot.name or '(unnamed)'} ({bot.open_id})"
+
     async def stop(self) -> None:
         """Stop receiving, then release the API client."""
+        await self._credentials.stop()
         if self.long_connection is not None:
             await self.long_connection.stop()
         await self.client.aclose()

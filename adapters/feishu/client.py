@@ -110,6 +110,10 @@ class FeishuClient:
         await self._transport.aclose()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
+    async def tenant_token(self) -> str:
+        """The app's tenant_access_token (cached, fetched when due); raises FeishuApiError."""
+        return await self._transport.token.get()
+
     # --- bot -------------------------------------------------------------------------------
 
     async def bot_info(self) -> BotInfo:

@@ -423,7 +423,7 @@ class FeishuResponder:
         except FeishuApiError as exc:
             log.warning("feishu: could not show who acted on alert card %s: %s", alert.message_ref, exc)
 
-    async def user_locale(self, user: str) -> str | None:
+    async def user_locale(self, user: str, workspace: str) -> str | None:
         return None  # Feishu events carry no locale: the message's language decides
 
     def dm_address(self, user: str) -> str | None:

@@ -22,16 +22,21 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.approval_clicks import accept_click
-from adapters.base import ConnectionStatus, GatewayServices, Handler, Route
+from adapters.base import ConnectionStatus, CredentialStatus, GatewayServices, Handler, Route
+from adapters.credentials import CredentialCheck, CredentialsRefused
 from adapters.slack.alerts import ACTIONS, already_done
 from adapters.slack.config import SlackConfig
 from adapters.slack.events import Ignored, MalformedEvent, candidate_thread, check_envelope, parse_event
+from adapters.slack.installations import BotTokens, Installations
+from adapters.slack.platform import INSTALL_PATH, REDIRECT_PATH
 from adapters.slack.render import APPROVE_ACTION, REJECT_ACTION
 from adapters.slack.responder import SlackResponder
 
@@ -66,23 +71,36 @@ class SlackAdapter:
         self._is_live = services.is_live
         self._approvals = services.approvals
         self._monitor_actions = services.monitor_actions
-        self.client = AsyncWebClient(token=config.bot_token.get_secret_value(), base_url=config.api_url)
+        # Socket mode has no signing secret: "" (not None, which makes bolt read the
+        # environment); `handle` refuses HTTP deliveries in that mode.
+        signing_secret = config.signing_secret.get_secret_value() if config.signing_secret else ""
+        # Bolt gives each of its loggers this one's level (and filters) when it builds them;
+        # without it they take the root logger's level, undoing any quieting, and bolt logs
+        # rejected requests at INFO with their whole body.
+        common: dict[str, Any] = {"signing_secret": signing_secret, "process_before_response": True, "logger": bolt_logger()}
+        self.installations: Installations | None = None
+        tokens: BotTokens | None = None
+        if config.oauth:
+            if services.engine is None:
+                raise RuntimeError("Slack OAuth installs need the service database")
+            self.installations = tokens = Installations(config.client_id, services.engine)
+            self.bolt = AsyncApp(
+                client=AsyncWebClient(base_url=config.api_url),  # no token: each workspace's own
+                oauth_settings=oauth_settings(config, self.installations),
+                **common,
+            )
+            # app_uninstalled / tokens_revoked delete the workspace's installation: its events
+            # are no longer authorized, and workers no longer find its token.
+            self.bolt.enable_token_revocation_listeners()
+        else:
+            # The token goes to bolt itself, which builds the client: bolt reads SLACK_BOT_TOKEN
+            # from the environment and warns that it is unused when handed a client instead.
+            self.bolt = AsyncApp(token=config.bot_token.get_secret_value(), **common)
+        self.client = self.bolt.client
+        self.client.base_url = config.api_url
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=3))
-        self.responder = SlackResponder(self.client)
-        self._verifier = (
-            SignatureVerifier(config.signing_secret.get_secret_value()) if config.signing_secret else None
-        )
-        self.bolt = AsyncApp(
-            client=self.client,
-            # Socket mode has no signing secret: "" (not None, which makes bolt read the
-            # environment); `handle` refuses HTTP deliveries in that mode.
-            signing_secret=config.signing_secret.get_secret_value() if config.signing_secret else "",
-            process_before_response=True,
-            # Bolt gives each of its loggers this one's level (and filters) when it builds them;
-            # without it they take the root logger's level, undoing any quieting, and bolt logs
-            # rejected requests at INFO with their whole body.
-            logger=bolt_logger(),
-        )
+        self.responder = SlackResponder(self.client, tokens)
+        self._verifier = SignatureVerifier(signing_secret) if config.signing_secret else None
         self.bolt.event("app_mention")(self._on_message)
         self.bolt.event("message")(self._on_message)
         # Approve / Reject on an approval request: `block_actions` on the same URL (or socket).
@@ -92,6 +110,7 @@ class SlackAdapter:
         # Bolt answers 404 to events without a listener, and Slack retries those: acknowledge
         # every other subscribed event explicitly.
         self.bolt.event(re.compile(".*"))(self._on_other_event)
+        self._credentials = CredentialCheck("slack", self._check_credentials)
         self.socket_mode: SlackSocketMode | None = None
         if config.mode == "socket" and config.app_token is not None:
             # Imported here: socket_mode builds on this module's SlackAdapter.
@@ -100,10 +119,16 @@ class SlackAdapter:
             self.socket_mode = SlackSocketMode(self.bolt, config.app_token, config.api_url)
 
     def handler(self, route: Route) -> Handler:
+        if route.path == INSTALL_PATH:
+            return self.install
+        if route.path == REDIRECT_PATH:
+            return self.oauth_redirect
         return self.handle
 
     async def start(self) -> None:
-        """Open the Socket Mode connection (socket mode); nothing to do over HTTP."""
+        """Check the credentials (in the background), open the Socket Mode connection (socket
+        mode); nothing more over HTTP."""
+        self._credentials.start()
         if self.socket_mode is not None:
             await self.socket_mode.start()
 
@@ -111,10 +136,49 @@ class SlackAdapter:
         """The Socket Mode connection's state for /readyz (None over HTTP)."""
         return self.socket_mode.status() if self.socket_mode is not None else None
 
+    def credentials(self) -> CredentialStatus | None:
+        return self._credentials.status
+
     async def stop(self) -> None:
         """Stop receiving over Socket Mode; envelopes being committed are acknowledged first."""
+        await self._credentials.stop()
         if self.socket_mode is not None:
             await self.socket_mode.stop()
+
+    async def _check_credentials(self) -> str:
+        """`auth.test` with the bot token: who the bot is, where. With OAuth installs there is
+        no token of the app's own to test; the count of installed workspaces is reported."""
+        if self.installations is not None:
+            return f"OAuth installs, {await self.installations.count()} workspace(s) installed"
+        try:
+            identity = await self.client.auth_test()
+        except SlackApiError as exc:
+            if exc.response.status_code != 200:  # rate limited, an outage: ask again later
+                raise
+            error = exc.response.get("error")
+            raise CredentialsRefused(f"auth.test answered {error}: check SLACK_BOT_TOKEN") from None
+        return (
+            f"bot @{identity.get('user')} ({identity.get('user_id')}) in workspace "
+            f"{identity.get('team')} ({identity.get('team_id')})"
+        )
+
+    async def install(self, request: web.Request) -> web.StreamResponse:
+        """GET /slack/install: the "Add to Slack" page, whose link carries a fresh OAuth state
+        (also set as a cookie, checked on the way back)."""
+        if self.bolt.oauth_flow is None:
+            return _oauth_off()
+        bolt_request = AsyncBoltRequest(body="", query=request.query_string, headers=dict(request.headers.items()))
+        return await to_aiohttp_response(await self.bolt.oauth_flow.handle_installation(bolt_request))
+
+    async def oauth_redirect(self, request: web.Request) -> web.StreamResponse:
+        """GET /slack/oauth_redirect: Slack sends the installer back with a code; the state is
+        checked, the code exchanged (oauth.v2.access) and the installation stored."""
+        if self.bolt.oauth_flow is None:
+            return _oauth_off()
+        bolt_request = AsyncBoltRequest(body="", query=request.query_string, headers=dict(request.headers.items()))
+        response = await self.bolt.oauth_flow.handle_callback(bolt_request)
+        log.info("slack oauth install: %s", "stored" if response.status == 200 else f"refused ({response.status})")
+        return await to_aiohttp_response(response)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """aiohttp handler for POST /slack/events.
@@ -172,6 +236,9 @@ class SlackAdapter:
             log.warning("slack event %s ignored: %s", body.get("event_id"), exc)
             return
         team_id = body.get("team_id") or context.team_id or ""
+        if self.installations is not None and context.is_enterprise_install and context.enterprise_id and team_id:
+            # An org-wide install: workers find this workspace's token through its org.
+            await self.installations.remember_enterprise(team_id, context.enterprise_id)
         key = candidate_thread(team_id, event)
         in_known_thread = key is not None and await self._is_live(key)
         parsed = parse_event(
@@ -212,7 +279,7 @@ class SlackAdapter:
             channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id")
             thread_ts = (body.get("container") or {}).get("thread_ts")
             if channel:
-                await self.responder.tell_privately(channel, user_id, answer.note, thread_ts)
+                await self.responder.tell_privately(_team_of(body), channel, user_id, answer.note, thread_ts)
 
     async def _on_alert_click(self, ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Record an Acknowledge / Mute click before Slack gets its acknowledgement, then show
@@ -227,10 +294,38 @@ class SlackAdapter:
             await self.responder.update_alert(alert)
             if alert.acted_by != user_id:  # decided by someone else first
                 channel = (body.get("channel") or {}).get("id") or alert.channel
-                await self.responder.tell_privately(channel, user_id, already_done(alert), None)
+                await self.responder.tell_privately(alert.workspace, channel, user_id, already_done(alert), None)
 
     async def _on_other_event(self, body: dict[str, Any]) -> None:
         log.debug("slack event %s acknowledged without action", body.get("event", {}).get("type"))
+
+
+def oauth_settings(config: SlackConfig, installations: Installations) -> AsyncOAuthSettings:
+    """Bolt's OAuth install flow on the gateway's routes, stored in the service database."""
+    return AsyncOAuthSettings(
+        client_id=config.client_id,
+        client_secret=config.client_secret.get_secret_value() if config.client_secret else None,
+        scopes=config.scope_list,
+        user_scopes=[],
+        redirect_uri=config.redirect_uri,
+        install_path=INSTALL_PATH,
+        redirect_uri_path=REDIRECT_PATH,
+        authorization_url=config.authorize_url,
+        installation_store=installations.store,
+        installation_store_bot_only=True,
+        state_store=installations.states,
+    )
+
+
+def _team_of(body: dict[str, Any]) -> str:
+    """The workspace a button click came from."""
+    return str((body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id") or "")
+
+
+def _oauth_off() -> web.Response:
+    return web.json_response(
+        {"ok": False, "error": "OAuth installs are off: set SLACK_CLIENT_ID and SLACK_CLIENT_SECRET"}, status=404
+    )
 
 
 def bolt_logger() -> logging.Logger:

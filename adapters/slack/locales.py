@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 from slack_sdk.errors import SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.installations import WorkspaceNotInstalled
 
 log = logging.getLogger(__name__)
 
@@ -28,28 +31,31 @@ MAX_USERS = 10_000
 class UserLocales:
     """The locale of each Slack user, looked up with ``users.info`` and cached."""
 
-    def __init__(self, client: AsyncWebClient) -> None:
-        self._client = client
-        self._known: dict[str, tuple[str | None, float]] = {}  # user → (locale, valid until)
+    def __init__(self, client_of: Callable[[str], Awaitable[AsyncWebClient]]) -> None:
+        self._client_of = client_of  # the client that may ask in a workspace
+        # (workspace, user) → (locale, valid until)
+        self._known: dict[tuple[str, str], tuple[str | None, float]] = {}
 
-    async def of(self, user: str) -> str | None:
+    async def of(self, user: str, workspace: str) -> str | None:
         """``user``'s locale, or None when Slack does not say (or could not be asked in time)."""
         now = time.monotonic()
-        known = self._known.get(user)
+        key = (workspace, user)
+        known = self._known.get(key)
         if known is not None and known[1] > now:
             return known[0]
-        locale = await self._look_up(user)
+        locale = await self._look_up(user, workspace)
         if len(self._known) >= MAX_USERS:  # forget the oldest entry (dicts keep insertion order)
             self._known.pop(next(iter(self._known)))
-        self._known.pop(user, None)
-        self._known[user] = (locale, now + (LOCALE_TTL_S if locale else MISS_TTL_S))
+        self._known.pop(key, None)
+        self._known[key] = (locale, now + (LOCALE_TTL_S if locale else MISS_TTL_S))
         return locale
 
-    async def _look_up(self, user: str) -> str | None:
+    async def _look_up(self, user: str, workspace: str) -> str | None:
         try:
             async with asyncio.timeout(LOOKUP_TIMEOUT_S):
-                response = await self._client.users_info(user=user, include_locale=True)
-        except (SlackClientError, aiohttp.ClientError, TimeoutError) as exc:
+                client = await self._client_of(workspace)
+                response = await client.users_info(user=user, include_locale=True)
+        except (SlackClientError, aiohttp.ClientError, TimeoutError, WorkspaceNotInstalled) as exc:
             log.info("slack users.info for a locale failed (%s); the message's language decides", type(exc).__name__)
             return None
         profile = response.get("user") or {}

@@ -8,13 +8,24 @@ from __future__ import annotations
 from adapters.base import GatewayServices, Platform, PlatformAdapter, Route
 from adapters.slack.config import SlackConfig
 
+# slack-bolt's default paths of the OAuth install flow ("Add to Slack" and Slack's redirect back).
+INSTALL_PATH = "/slack/install"
+REDIRECT_PATH = "/slack/oauth_redirect"
+
 
 class SlackPlatform(Platform[SlackConfig]):
     name = "slack"
     title = "Slack"
     settings_class = SlackConfig
-    setup_hint = "SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (or SLACK_MODE=socket and SLACK_APP_TOKEN)"
-    routes = (Route("POST", "/slack/events"),)  # answers 404 in socket mode
+    setup_hint = (
+        "SLACK_BOT_TOKEN (or SLACK_CLIENT_ID and SLACK_CLIENT_SECRET) and SLACK_SIGNING_SECRET "
+        "(or SLACK_MODE=socket and SLACK_APP_TOKEN)"
+    )
+    routes = (
+        Route("POST", "/slack/events"),  # answers 404 in socket mode
+        Route("GET", INSTALL_PATH),  # answer 404 without SLACK_CLIENT_ID / SLACK_CLIENT_SECRET
+        Route("GET", REDIRECT_PATH),
+    )
     # slack-bolt logs rejected requests at INFO with their whole body, and resets its loggers'
     # levels when an app is built.
     quiet_loggers = ("slack_bolt", "slack_sdk")

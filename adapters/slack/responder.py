@@ -15,6 +15,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.download import AttachmentError, download
 from adapters.slack.alerts import alert_blocks
+from adapters.slack.installations import BotTokens, WorkspaceNotInstalled
 from adapters.slack.locales import UserLocales
 from adapters.slack.render import answer_messages, approval_blocks, provenance_message
 from adapters.slack.stream import SlackAnswerStream, StreamingSupport, retire_cut_streams
@@ -37,27 +38,33 @@ class SlackResponder:
 
     platform = "slack"
 
-    def __init__(self, client: AsyncWebClient) -> None:
+    def __init__(self, client: AsyncWebClient, tokens: BotTokens | None = None) -> None:
+        """`client` calls the Web API; with `tokens` (OAuth installs) each workspace is answered
+        with a client of its own bot token, built like `client`."""
         self._client = client
+        self._tokens = tokens
+        self._clients: dict[str, AsyncWebClient] = {}  # by bot token
+        self._session: aiohttp.ClientSession | None = None  # shared by every client
         self._http: aiohttp.ClientSession | None = None
         # The answer being written in each thread (channel, thread ts), until it is delivered.
         self._streams: dict[tuple[str, str], SlackAnswerStream] = {}
         self._streaming = StreamingSupport()
-        self._bot_user_id: str | None = None
-        self._locales = UserLocales(client)
+        self._bot_user_ids: dict[str, str] = {}  # by workspace
+        self._locales = UserLocales(self._web)
 
-    async def user_locale(self, user: str) -> str | None:
-        return await self._locales.of(user)
+    async def user_locale(self, user: str, workspace: str) -> str | None:
+        return await self._locales.of(user, workspace)
 
     async def show_progress(self, msg: InboundMessage) -> None:
         await self._best_effort(
-            "reactions.add", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
+            msg.workspace, "reactions.add", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
         )
 
     async def show_status(self, msg: InboundMessage, status: str) -> None:
         # The status line exists only in Slack's assistant threads (DM threads of AI apps).
         if msg.is_dm and msg.reply_in_thread:
             await self._best_effort(
+                msg.workspace,
                 "assistant.threads.setStatus",
                 channel_id=msg.channel,
                 thread_ts=msg.reply_in_thread,
@@ -74,8 +81,9 @@ class SlackResponder:
         key = (msg.channel, msg.reply_in_thread)
         if (earlier := self._streams.pop(key, None)) is not None:
             await earlier.retire()  # an attempt that failed in this process
+        web = await self._web(msg.workspace)
         cleanup = asyncio.create_task(self._retire_cut_streams(msg))
-        stream = SlackAnswerStream(self._web, msg, delivery_id, self._streaming, cleanup)
+        stream = SlackAnswerStream(lambda: web, msg, delivery_id, self._streaming, cleanup)
         self._streams[key] = stream
         return stream
 
@@ -84,6 +92,7 @@ class SlackResponder:
     ) -> None:
         stream = self._streams.pop((msg.channel, msg.reply_in_thread), None) if msg.reply_in_thread else None
         parts = answer_messages(reply.text)
+        web = await self._web(msg.workspace)
         already, shared = await self._posted(msg, delivery_id) if resumed else (set(), set())
         if stream is not None and 0 in already:
             await stream.retire()
@@ -95,14 +104,14 @@ class SlackResponder:
             # The streamed message becomes the first part: the answer appears once.
             if index == 0 and stream is not None and await stream.finish(part.fields, metadata):
                 continue
-            await self._web().chat_postMessage(
+            await web.chat_postMessage(
                 channel=msg.channel, thread_ts=msg.reply_in_thread, metadata=metadata, **part.fields
             )
         # A table shown only in part: the whole of it as CSV, named by its content like the files.
         for table in (p.full_table for p in parts if p.full_table is not None):
             if table.csv_name() not in shared:
                 shared.add(table.csv_name())
-                await self._web().files_upload_v2(
+                await web.files_upload_v2(
                     channel=msg.channel,
                     thread_ts=msg.reply_in_thread,
                     content=table.csv(),
@@ -115,7 +124,7 @@ class SlackResponder:
             name = Path(file.path).name
             if name in shared:
                 continue
-            await self._web().files_upload_v2(
+            await web.files_upload_v2(
                 channel=msg.channel,
                 thread_ts=msg.reply_in_thread,
                 file=file.path,
@@ -124,7 +133,7 @@ class SlackResponder:
             )
         # The provenance line and the SQL end the answer, as the part after the text parts.
         if reply.provenance is not None and len(parts) not in already:
-            await self._web().chat_postMessage(
+            await web.chat_postMessage(
                 channel=msg.channel,
                 thread_ts=msg.reply_in_thread,
                 metadata={
@@ -136,7 +145,7 @@ class SlackResponder:
 
     async def clear_progress(self, msg: InboundMessage) -> None:
         await self._best_effort(
-            "reactions.remove", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
+            msg.workspace, "reactions.remove", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
         )
 
     def mention(self, user: str) -> str:
@@ -149,7 +158,8 @@ class SlackResponder:
         # The paused turn's progress message turns into the request.
         if stream is not None and (ts := await stream.become(text, blocks, metadata)) is not None:
             return ts
-        posted = await self._web().chat_postMessage(
+        web = await self._web(msg.workspace)
+        posted = await web.chat_postMessage(
             channel=msg.channel, thread_ts=msg.reply_in_thread, text=text, blocks=blocks, metadata=metadata
         )
         return str(posted["ts"])
@@ -158,14 +168,17 @@ class SlackResponder:
         if not approval.message_ref:
             return
         text, blocks = approval_blocks(approval, msg.language)
-        await self._best_effort("chat.update", channel=msg.channel, ts=approval.message_ref, text=text, blocks=blocks)
+        await self._best_effort(
+            msg.workspace, "chat.update", channel=msg.channel, ts=approval.message_ref, text=text, blocks=blocks
+        )
 
     async def post_alert(self, alert: AlertView) -> str | None:
         text, blocks = alert_blocks(alert)
-        posted = await self._web().chat_postMessage(channel=alert.channel, text=text, blocks=blocks)
+        web = await self._web(alert.workspace)
+        posted = await web.chat_postMessage(channel=alert.channel, text=text, blocks=blocks)
         ts = str(posted["ts"])
         if alert.chart is not None:
-            await self._web().files_upload_v2(
+            await web.files_upload_v2(
                 channel=alert.channel,
                 thread_ts=ts,
                 file=alert.chart.path,
@@ -178,12 +191,14 @@ class SlackResponder:
         if not alert.message_ref:
             return
         text, blocks = alert_blocks(alert)
-        await self._best_effort("chat.update", channel=alert.channel, ts=alert.message_ref, text=text, blocks=blocks)
+        await self._best_effort(
+            alert.workspace, "chat.update", channel=alert.channel, ts=alert.message_ref, text=text, blocks=blocks
+        )
 
-    async def tell_privately(self, channel: str, user: str, text: str, thread_ts: str | None) -> None:
+    async def tell_privately(self, workspace: str, channel: str, user: str, text: str, thread_ts: str | None) -> None:
         """An ephemeral note only ``user`` sees (a refused click); best effort."""
         where = {"thread_ts": thread_ts} if thread_ts else {}
-        await self._best_effort("chat.postEphemeral", channel=channel, user=user, text=text, **where)
+        await self._best_effort(workspace, "chat.postEphemeral", channel=channel, user=user, text=text, **where)
 
     def dm_address(self, user: str) -> str | None:
         return user  # Slack delivers a post to a user id into that user's DM with the app
@@ -198,6 +213,7 @@ class SlackResponder:
             raise AttachmentError(f"{attachment.name} has no download URL")
         if attachment.size is not None and attachment.size > max_bytes:
             raise AttachmentError(f"{attachment.name} is larger than the {max_bytes // 1024**2} MB limit")
+        token = (await self._web(msg.workspace)).token
         if self._http is None or self._http.closed:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
         # Downloaded under a short name, then renamed: `dest` may already be as long as a file
@@ -208,7 +224,7 @@ class SlackResponder:
                 self._http,
                 attachment.url,
                 staging,
-                headers={"Authorization": f"Bearer {self._client.token}"},
+                headers={"Authorization": f"Bearer {token}"},
                 max_bytes=max_bytes,
                 allowed_host_suffixes=SLACK_FILE_HOSTS,
             )
@@ -222,31 +238,48 @@ class SlackResponder:
             staging.unlink(missing_ok=True)
         return dest
 
-    def _web(self) -> AsyncWebClient:
+    async def _web(self, workspace: str) -> AsyncWebClient:
+        """The client that answers in `workspace`: the one client, or (OAuth installs) one of
+        the workspace's own bot token; raises WorkspaceNotInstalled."""
+        client = self._client
+        if self._tokens is not None:
+            token = await self._tokens.bot_token(workspace)
+            if token is None:
+                raise WorkspaceNotInstalled(workspace)
+            client = self._clients.get(token) or self._clients.setdefault(
+                token,
+                AsyncWebClient(
+                    token=token,
+                    base_url=self._client.base_url,
+                    timeout=self._client.timeout,
+                    retry_handlers=list(self._client.retry_handlers),
+                ),
+            )
         # One HTTP session for every Web API call: without one, slack_sdk opens (and on
         # slack.com TLS-handshakes) a new connection per call.
-        session = self._client.session
-        if session is None or session.closed:
-            self._client.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._client.timeout))
-        return self._client
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._client.timeout))
+        client.session = self._session
+        return client
 
     async def close(self) -> None:
-        for session in (self._http, self._client.session):
+        for session in (self._http, self._session):
             if session is not None:
                 await session.close()
 
     async def _posted(self, msg: InboundMessage, delivery_id: str) -> tuple[set[int], set[str]]:
         """Text parts of this delivery already in the conversation (found by their message
         metadata), and the names of the files shared there."""
+        web = await self._web(msg.workspace)
         if msg.reply_in_thread:
-            response = await self._web().conversations_replies(
+            response = await web.conversations_replies(
                 channel=msg.channel, ts=msg.reply_in_thread, include_all_metadata=True, limit=200
             )
         else:
             # Our answer came after the message was received (a scheduled run's message id is
             # not a Slack timestamp, so the receive time is the bound).
             oldest = f"{msg.received_at.timestamp() - 1:.6f}"
-            response = await self._web().conversations_history(
+            response = await web.conversations_history(
                 channel=msg.channel, oldest=oldest, include_all_metadata=True, limit=200
             )
         found: set[int] = set()
@@ -262,14 +295,19 @@ class SlackResponder:
 
     async def _retire_cut_streams(self, msg: InboundMessage) -> None:
         try:
-            if self._bot_user_id is None:
-                self._bot_user_id = str((await self._web().auth_test())["user_id"])
-            await retire_cut_streams(self._web(), msg, self._bot_user_id)
+            web = await self._web(msg.workspace)
+            bot_user_id = self._bot_user_ids.get(msg.workspace)
+            if bot_user_id is None:
+                bot_user_id = self._bot_user_ids[msg.workspace] = str((await web.auth_test())["user_id"])
+            await retire_cut_streams(web, msg, bot_user_id)
         except (SlackApiError, aiohttp.ClientError, TimeoutError) as exc:
             log.warning("could not look for unfinished replies in %s: %s", msg.channel, type(exc).__name__)
 
-    async def _best_effort(self, method: str, **params: Any) -> None:
+    async def _best_effort(self, workspace: str, method: str, **params: Any) -> None:
         try:
-            await self._web().api_call(method, json=params)
+            web = await self._web(workspace)
+            await web.api_call(method, json=params)
         except SlackApiError as exc:
             log.debug("%s failed: %s", method, exc.response.get("error"))
+        except WorkspaceNotInstalled:
+            log.debug("%s skipped: the app is not installed in %s", method, workspace)

@@ -26,6 +26,14 @@ Socket Mode: ``apps.connections.open`` (app-level ``xapp-`` token) hands out a o
 
 Streamed replies (``chat.startStream`` / ``appendStream`` / ``stopStream``) are kept by
 ``fake.streams`` (``tests.fakes.slack_streams``), which can also refuse them.
+
+Several workspaces (OAuth installs): ``GET /oauth/v2/authorize?client_id=…&state=…&team=T2``
+installs the app into workspace ``T2`` and redirects to the app's redirect URL
+(``fake.redirect_urls``) with a one-use ``code``; ``oauth.v2.access`` exchanges it (client id
+and secret as HTTP Basic auth or parameters) for that workspace's own bot token. Each token is
+its workspace's identity: ``auth.test`` answers its team and bot, posts carry its bot, and
+every :class:`SlackCall` records the token it came with. ``fake.uninstall("T2")`` revokes the
+workspace's tokens (``token_revoked`` afterwards).
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from aiohttp import WSMsgType, web
 
@@ -49,7 +57,7 @@ from . import FakeServer
 from .slack_blocks import InvalidBlocks, check_blocks
 from .slack_streams import FakeStreams, StreamError
 
-__all__ = ["FakeSlack", "SlackCall", "SlackUpload", "SocketAck"]
+__all__ = ["FakeSlack", "SlackCall", "SlackTeam", "SlackUpload", "SocketAck"]
 
 # Slack timestamps are unix seconds with microseconds; posts start here and step by 100us.
 _FIRST_TS_MICROS = 1_700_000_000_000_100
@@ -95,6 +103,22 @@ class SlackCall:
     params: dict[str, Any]
     headers: dict[str, str]
     at: float = field(default_factory=time.monotonic)
+    token: str | None = None  # the token it was made with (header or parameter)
+
+
+@dataclass(frozen=True)
+class SlackTeam:
+    """A workspace (or, org-wide, an Enterprise Grid org) the app is installed in, as one bot
+    token's identity."""
+
+    team_id: str | None
+    team_name: str
+    bot_token: str
+    bot_user_id: str
+    bot_id: str
+    enterprise_id: str | None = None
+    enterprise_name: str | None = None
+    is_enterprise_install: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,6 +206,17 @@ class FakeSlack(FakeServer):
         self.app_id = app_id
         self.team_domain = team_domain
         self.calls: list[SlackCall] = []
+        # OAuth: the app's credentials, its redirect URLs, the installs made, tokens by identity.
+        self.client_id = "1111111111.2222222222"
+        self.client_secret = "fake-client-secret"
+        self.redirect_urls: list[str] = []
+        self.installs: list[dict[str, Any]] = []  # oauth.v2.access answers, oldest first
+        self._teams: dict[str, SlackTeam] = {
+            bot_token: SlackTeam(team_id, "Test Workspace", bot_token, bot_user_id, bot_id)
+        }
+        self._revoked: set[str] = set()
+        self._codes: dict[str, tuple[SlackTeam, str | None]] = {}  # code → (team, redirect_uri)
+        self._caller = self._teams[bot_token]  # whose token the method being handled came with
         self.messages: list[dict[str, Any]] = []
         self.ephemerals: list[dict[str, Any]] = []  # chat.postEphemeral: seen by one user only
         self.users: dict[str, dict[str, Any]] = {}
@@ -229,6 +264,7 @@ class FakeSlack(FakeServer):
             "files.completeUploadExternal": self._files_complete_upload,
             "files.info": self._files_info,
             "apps.connections.open": self._apps_connections_open,
+            "oauth.v2.access": self._oauth_v2_access,
         }
         self.add_user(bot_user_id, "BA Agent", name="ba-agent", is_bot=True)
 
@@ -321,6 +357,91 @@ class FakeSlack(FakeServer):
         if redirect:
             self._redirected_files.add(file["id"])
         return file
+
+    # ----------------------------------------------------------------- workspaces (OAuth)
+
+    def team(self, team_id: str, *, enterprise_id: str | None = None, org_wide: bool = False) -> SlackTeam:
+        """The workspace ``team_id`` as the next install into it makes it (a new bot token;
+        ``org_wide``: the whole org ``enterprise_id``, no team)."""
+        suffix = enterprise_id if org_wide else team_id
+        assert suffix is not None
+        return SlackTeam(
+            team_id=None if org_wide else team_id,
+            team_name=f"Workspace {team_id}",
+            bot_token=f"xoxb-{suffix}-{secrets.token_hex(8)}",
+            bot_user_id=f"UBOT{suffix}",
+            bot_id=f"B{suffix}",
+            enterprise_id=enterprise_id,
+            enterprise_name=f"Org {enterprise_id}" if enterprise_id else None,
+            is_enterprise_install=org_wide,
+        )
+
+    def token_of(self, team_id: str) -> str:
+        """The newest live bot token of workspace (or org) ``team_id``."""
+        return [
+            token
+            for token, team in self._teams.items()
+            if token not in self._revoked and team_id in (team.team_id, team.enterprise_id)
+        ][-1]
+
+    def uninstall(self, team_id: str) -> None:
+        """Revoke the tokens of workspace (or org) ``team_id``, as uninstalling the app does."""
+        self._revoked.update(
+            token for token, team in self._teams.items() if team_id in (team.team_id, team.enterprise_id)
+        )
+
+    def calls_with(self, token: str, method: str | None = None) -> list[SlackCall]:
+        """Calls made with ``token`` (to ``method``), oldest first."""
+        return [c for c in self.calls if c.token == token and (method is None or c.method == method)]
+
+    async def _authorize(self, request: web.Request) -> web.Response:
+        """Slack's install page, approved at once: redirect back with a code for the workspace
+        the ``team`` parameter names (default: this fake's own)."""
+        query = request.query
+        if query.get("client_id") != self.client_id:
+            return web.Response(status=400, text="invalid client_id")
+        redirect_uri = query.get("redirect_uri")
+        if redirect_uri is not None and redirect_uri not in self.redirect_urls:
+            return web.Response(status=400, text="redirect_uri did not match any configured URIs")
+        if not (redirect_uri or self.redirect_urls):
+            return web.Response(status=400, text="no redirect URL configured")
+        team_id = query.get("team") or self.team_id
+        org = query.get("enterprise")
+        team = self.team(team_id, enterprise_id=org, org_wide=org is not None and "org_wide" in query)
+        code = secrets.token_hex(12)
+        self._codes[code] = (team, redirect_uri)
+        target = redirect_uri or self.redirect_urls[0]
+        location = f"{target}?{urlencode({'code': code, 'state': query.get('state', '')})}"
+        raise web.HTTPFound(location)
+
+    def _oauth_v2_access(self, params: dict[str, Any]) -> dict[str, Any]:
+        if params.get("client_id") != self.client_id:
+            raise _SlackError("invalid_client_id")
+        if params.get("client_secret") != self.client_secret:
+            raise _SlackError("bad_client_secret")
+        issued = self._codes.pop(str(params.get("code")), None)
+        if issued is None:
+            raise _SlackError("invalid_code")
+        team, redirect_uri = issued
+        if redirect_uri is not None and params.get("redirect_uri") != redirect_uri:
+            raise _SlackError("bad_redirect_uri")
+        self._teams[team.bot_token] = team
+        self.add_user(team.bot_user_id, "BA Agent", name="ba-agent", is_bot=True)
+        answer = {
+            "app_id": self.app_id,
+            "authed_user": {"id": "U_INSTALLER"},
+            "scope": str(params.get("scope") or "chat:write"),
+            "token_type": "bot",
+            "access_token": team.bot_token,
+            "bot_user_id": team.bot_user_id,
+            "team": None if team.team_id is None else {"id": team.team_id, "name": team.team_name},
+            "enterprise": (
+                None if team.enterprise_id is None else {"id": team.enterprise_id, "name": team.enterprise_name}
+            ),
+            "is_enterprise_install": team.is_enterprise_install,
+        }
+        self.installs.append(answer)
+        return answer
 
     # ----------------------------------------------------------------- failure injection
 
@@ -471,10 +592,14 @@ class FakeSlack(FakeServer):
         return [
             m
             for m in self.messages
-            if m.get("bot_id") == self.bot_id
+            if m.get("bot_id") in self._bot_ids
             and (channel is None or m["channel"] == channel)
             and (thread_ts is None or m.get("thread_ts") == thread_ts)
         ]
+
+    @property
+    def _bot_ids(self) -> set[str]:
+        return {team.bot_id for team in self._teams.values()}
 
     def reactions_on(self, channel: str, ts: str) -> list[str]:
         """Names of the reactions currently on a message."""
@@ -504,13 +629,17 @@ class FakeSlack(FakeServer):
             web.get("/files-pri/{team_file}/download/{name}", self._download),
             web.get("/files-redirected/{file_id}/{name}", self._download_redirected),
             web.get("/socket", self._socket),
+            web.get("/oauth/v2/authorize", self._authorize),
         ]
 
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         params = await self._params(request)
         headers = {k.lower(): v for k, v in request.headers.items()}
-        self.calls.append(SlackCall(method, params, headers))
+        authorization = headers.get("authorization", "")
+        token = authorization.removeprefix("Bearer ").strip() if authorization.startswith("Bearer ") else None
+        token = token or params.get("token")
+        self.calls.append(SlackCall(method, params, headers, token=token))
 
         if failure := self._take_failure(method):
             failure_headers = {}
@@ -522,17 +651,27 @@ class FakeSlack(FakeServer):
                 headers=failure_headers,
             )
 
-        token = headers.get("authorization", "").removeprefix("Bearer ").strip() or params.get(
-            "token"
-        )
+        if method == "oauth.v2.access":  # the app's client credentials, no token
+            if authorization.startswith("Basic "):
+                client_id, _, secret = base64.b64decode(authorization[6:]).decode().partition(":")
+                params = {**params, "client_id": client_id, "client_secret": secret}
+            return self._answer(method, params)
         if not token:
             return self._json({"ok": False, "error": "not_authed"})
-        expected = self.app_token if method in _APP_TOKEN_METHODS else self.bot_token
-        if token != expected:
-            wrong_kind = token in (self.app_token, self.bot_token)
-            error = "not_allowed_token_type" if wrong_kind else "invalid_auth"
+        if token in self._revoked:
+            return self._json({"ok": False, "error": "token_revoked"})
+        if method in _APP_TOKEN_METHODS:
+            if token != self.app_token:
+                error = "not_allowed_token_type" if token in self._teams else "invalid_auth"
+                return self._json({"ok": False, "error": error})
+        elif token not in self._teams:
+            error = "not_allowed_token_type" if token == self.app_token else "invalid_auth"
             return self._json({"ok": False, "error": error})
+        else:
+            self._caller = self._teams[token]
+        return self._answer(method, params)
 
+    def _answer(self, method: str, params: dict[str, Any]) -> web.Response:
         handler = self._methods.get(method)
         if handler is None:
             return self._json({"ok": False, "error": "unknown_method", "req_method": method})
@@ -607,11 +746,11 @@ class FakeSlack(FakeServer):
     def _bot_message(self, channel: str, **fields: Any) -> dict[str, Any]:
         message = {
             "type": "message",
-            "user": self.bot_user_id,
-            "bot_id": self.bot_id,
+            "user": self._caller.bot_user_id,
+            "bot_id": self._caller.bot_id,
             "app_id": self.app_id,
             "ts": self._new_ts(),
-            "team": self.team_id,
+            "team": self._caller.team_id or self.team_id,
             "channel": channel,
             **fields,
         }
@@ -642,14 +781,16 @@ class FakeSlack(FakeServer):
         return {"url": f"ws://127.0.0.1:{self.port}/socket?ticket={ticket}&app_id={self.app_id}"}
 
     def _auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
+        caller = self._caller
         return {
             "url": f"https://{self.team_domain}.slack.com/",
-            "team": "Test Workspace",
-            "user": self.users[self.bot_user_id]["name"],
-            "team_id": self.team_id,
-            "user_id": self.bot_user_id,
-            "bot_id": self.bot_id,
-            "is_enterprise_install": False,
+            "team": caller.team_name,
+            "user": self.users[caller.bot_user_id]["name"],
+            "team_id": caller.team_id,
+            "user_id": caller.bot_user_id,
+            "bot_id": caller.bot_id,
+            "is_enterprise_install": caller.is_enterprise_install,
+            **({"enterprise_id": caller.enterprise_id} if caller.enterprise_id else {}),
         }
 
     def _chat_post_message(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -683,7 +824,7 @@ class FakeSlack(FakeServer):
     def _chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require(params, "channel", "ts")
         message = self._find_message(params["channel"], params["ts"])
-        if message.get("bot_id") != self.bot_id:
+        if message.get("bot_id") != self._caller.bot_id:
             raise _SlackError("cant_update_message")
         _check_blocks(params.get("blocks"))
         # New content replaces the old: markdown_text is rendered into the message's blocks.
@@ -694,7 +835,7 @@ class FakeSlack(FakeServer):
         message.update({key: params[key] for key in _MESSAGE_FIELDS if key in params})
         if "text" not in params and "markdown_text" in params:
             message["text"] = params["markdown_text"]
-        message["edited"] = {"user": self.bot_user_id, "ts": self._new_ts()}
+        message["edited"] = {"user": self._caller.bot_user_id, "ts": self._new_ts()}
         return {
             "channel": message["channel"],
             "ts": message["ts"],
@@ -705,7 +846,7 @@ class FakeSlack(FakeServer):
     def _chat_delete(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require(params, "channel", "ts")
         message = self._find_message(params["channel"], params["ts"])
-        if message.get("bot_id") != self.bot_id:
+        if message.get("bot_id") != self._caller.bot_id:
             raise _SlackError("cant_delete_message")
         self.messages.remove(message)
         return {"channel": message["channel"], "ts": message["ts"]}

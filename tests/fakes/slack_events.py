@@ -25,6 +25,7 @@ from urllib.parse import urlencode
 
 __all__ = [
     "app_mention",
+    "app_uninstalled",
     "block_actions",
     "encode",
     "message",
@@ -116,13 +117,36 @@ def _rich_text_blocks(text: str) -> list[dict[str, Any]]:
     ]
 
 
+def app_uninstalled(team: str = "T1", *, api_app_id: str = "A1", event_id: str | None = None) -> dict[str, Any]:
+    """The ``app_uninstalled`` event_callback Slack sends when a workspace removes the app."""
+    return {
+        "token": VERIFICATION_TOKEN,
+        "team_id": team,
+        "api_app_id": api_app_id,
+        "event": {"type": "app_uninstalled"},
+        "type": "event_callback",
+        "event_id": event_id or "Ev" + secrets.token_hex(5).upper(),
+        "event_time": int(time.time()),
+    }
+
+
 def _envelope(
-    event: dict[str, Any], *, team: str, event_id: str | None, bot_user_id: str, api_app_id: str
+    event: dict[str, Any],
+    *,
+    team: str,
+    event_id: str | None,
+    bot_user_id: str,
+    api_app_id: str,
+    enterprise: str | None = None,
+    org_wide: bool = False,
 ) -> dict[str, Any]:
+    """An event_callback; `enterprise` for a workspace of an Enterprise Grid org, `org_wide`
+    when the app is installed for the whole org (its authorization then names no team)."""
     return {
         "token": VERIFICATION_TOKEN,
         "team_id": team,
         "context_team_id": team,
+        **({"enterprise_id": enterprise, "context_enterprise_id": enterprise} if enterprise else {}),
         "api_app_id": api_app_id,
         "event": event,
         "type": "event_callback",
@@ -130,11 +154,11 @@ def _envelope(
         "event_time": int(float(event["event_ts"])),
         "authorizations": [
             {
-                "enterprise_id": None,
-                "team_id": team,
+                "enterprise_id": enterprise,
+                "team_id": None if org_wide else team,
                 "user_id": bot_user_id,
                 "is_bot": True,
-                "is_enterprise_install": False,
+                "is_enterprise_install": org_wide,
             }
         ],
         "is_ext_shared_channel": False,
@@ -152,6 +176,8 @@ def app_mention(
     *,
     bot_user_id: str = "UBOT",
     api_app_id: str = "A1",
+    enterprise: str | None = None,
+    org_wide: bool = False,
 ) -> dict[str, Any]:
     """An ``app_mention`` event_callback, e.g. for text ``"<@UBOT> why did GMV drop?"``."""
     event = {
@@ -167,8 +193,9 @@ def app_mention(
         **({"thread_ts": thread_ts} if thread_ts else {}),
     }
     return _envelope(
-        event, team=team, event_id=event_id, bot_user_id=bot_user_id, api_app_id=api_app_id
-    )
+        event, team=team, event_id=event_id, bot_user_id=bot_user_id, api_app_id=api_app_id,
+        enterprise=enterprise, org_wide=org_wide,
+    )  # fmt: skip
 
 
 def message(
