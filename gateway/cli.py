@@ -66,6 +66,10 @@ def _serve(args: argparse.Namespace) -> int:
     sock = _listening_socket(settings.host, settings.port)
     _configure_logging(settings)
     verify_start_up(settings)
+    # Before prometheus-client is imported: it picks multiprocess mode at import time.
+    from gateway.metrics_dir import start_multiprocess, stop_multiprocess
+
+    metrics_dir = start_multiprocess(settings.data_dir)
 
     from aiohttp import web
 
@@ -77,7 +81,10 @@ def _serve(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.enable()
     print(f"BA-Agent Gateway listening on http://{settings.host}:{settings.port}", flush=True)
-    web.run_app(app, sock=sock, print=None, access_log=None)
+    try:
+        web.run_app(app, sock=sock, print=None, access_log=None)
+    finally:
+        stop_multiprocess(metrics_dir)
     gc.unfreeze()  # let extension modules see their objects released at exit
     return 0
 
@@ -115,9 +122,9 @@ def _db_upgrade(_args: argparse.Namespace) -> int:
 
 
 def _skills_list(_args: argparse.Namespace) -> int:
-    from agent_core.agent import load_skill_catalog
+    from agent_core.skills.loader import load_skill_catalog
 
-    catalog = load_skill_catalog(load_settings())
+    catalog = load_skill_catalog(load_settings(platforms=()).skills_dir)
     for skill in catalog:
         flags = " (not model-invocable)" if skill.frontmatter.disable_model_invocation else ""
         print(f"{skill.name}{flags}\n    {skill.frontmatter.description}\n    {skill.directory}")

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
@@ -42,6 +43,7 @@ from agent_core.tools.progress import step_title
 from agent_core.tracing import TRACER_NAME
 from gateway.attachments import ingest_attachments
 from gateway.inbox import Inbox
+from gateway.metrics import TURN_DURATION
 from gateway.outbound import OutboundLedger
 from gateway.tables import EventStatus, InboundEventRow
 
@@ -266,10 +268,15 @@ class Dispatcher:
         stream = await responder.open_stream(msg, delivery_id)
         observer = _ProgressObserver(responder, msg, stream)
         tracer = trace.get_tracer(TRACER_NAME)
+        started = time.perf_counter()
+        outcome = "error"
         try:
             with tracer.start_as_current_span("turn", attributes={"ba.platform": msg.platform, "ba.thread_id": thread_id}):
-                return await turn(observer)
+                result = await turn(observer)
+                outcome = result.end.value
+                return result
         finally:
+            TURN_DURATION.labels(outcome).observe(time.perf_counter() - started)
             if stream is not None:
                 await stream.close()
 

@@ -38,12 +38,12 @@ async def print_stats(settings: Settings, thread_id: str | None) -> None:
     scope = f"thread {thread_id}" if thread_id else "all conversations"
     print(f"Calls ({scope})")
     print(
-        f"{'kind':6} {'name':24} {'calls':>7} {'avg ms':>9} {'success':>8} "
+        f"{'kind':6} {'name':24} {'calls':>7} {'failed':>7} {'avg ms':>9} {'success':>8} "
         f"{'in tok':>9} {'out tok':>9} {'cache rd':>9} {'cache wr':>9}"
     )
     for s in stats:
         print(
-            f"{s.kind:6} {s.name[:24]:24} {s.calls:7d} {s.avg_duration_ms:9.1f} {s.success_rate:8.0%} "
+            f"{s.kind:6} {s.name[:24]:24} {s.calls:7d} {s.failures:7d} {s.avg_duration_ms:9.1f} {s.success_rate:8.0%} "
             f"{s.input_tokens:9d} {s.output_tokens:9d} {s.cache_read_tokens:9d} {s.cache_write_tokens:9d}"
         )
     if not stats:
