@@ -89,7 +89,7 @@ async def metrics(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     workers = request.app[WORKERS]
     body = render_metrics(
-        await runtime.inbox.open_events(), (workers.ready, workers.count) if workers is not None else None
+        await runtime.inbox.open_events(), (workers.ready, workers.count) if workers is not None else (0, 0)
     )
     return web.Response(body=body, content_type="text/plain", charset="utf-8")
 

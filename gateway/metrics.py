@@ -48,7 +48,7 @@ WORKER_RESTARTS = Counter("ba_agent_worker_restarts", "Worker processes that die
 class _ScrapeGauges:
     """Figures read at scrape time by this process alone: the inbox and the worker pool."""
 
-    def __init__(self, pending_events: int, workers: tuple[int, int] | None) -> None:
+    def __init__(self, pending_events: int, workers: tuple[int, int]) -> None:
         self._pending = pending_events
         self._workers = workers
 
@@ -60,15 +60,16 @@ class _ScrapeGauges:
         )
         pending.add_metric([], self._pending)
         yield pending
-        if self._workers is not None:
-            ready, configured = self._workers
-            workers = GaugeMetricFamily("ba_agent_workers", "This replica's worker processes", labels=["state"])
-            workers.add_metric(["ready"], ready)
-            workers.add_metric(["configured"], configured)
-            yield workers
+        ready, configured = self._workers
+        workers = GaugeMetricFamily(
+            "ba_agent_workers", "This replica's worker processes (0 configured: serve answers itself)", labels=["state"]
+        )
+        workers.add_metric(["ready"], ready)
+        workers.add_metric(["configured"], configured)
+        yield workers
 
 
-def render_metrics(pending_events: int, workers: tuple[int, int] | None) -> bytes:
+def render_metrics(pending_events: int, workers: tuple[int, int]) -> bytes:
     """The replica's metrics: every process's files in multiprocess mode, else this one's."""
     registry = CollectorRegistry(auto_describe=False)
     if (path := os.environ.get(MULTIPROC_ENV)) is not None:
