@@ -176,6 +176,12 @@ def _tool_run(args: argparse.Namespace) -> int:
     return asyncio.run(run_tool(settings, args.name, args.json, args.thread, run_as))
 
 
+def _tool_list(args: argparse.Namespace) -> int:
+    from gateway.tool_runner import list_tools
+
+    return list_tools(load_settings(platforms=()), args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gateway.audit_commands import register as register_audit_commands
     from gateway.catalog_commands import register as register_catalog_commands
@@ -225,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     tool_run.add_argument("--user", help="that user's id: the access policy applies as in their DM")
     tool_run.add_argument("--channel", help="…or as in this channel, whose audience then decides")
     tool_run.set_defaults(func=_tool_run, one_shot=True)
+    tool_list = tool_commands.add_parser("list", help="the tools: names, what they do, input fields")
+    tool_list.add_argument("--json", action="store_true", help="each tool's full input JSON schema")
+    tool_list.set_defaults(func=_tool_list)
 
     memory = commands.add_parser("memory", help="show or edit the agent's memory files")
     memory_commands = memory.add_subparsers(dest="memory_command", required=True)
@@ -265,9 +274,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _reader_gone()
     if argv is None and getattr(args, "one_shot", False):  # the program itself, not a caller
         _leave(code)
     return code
+
+
+def _reader_gone() -> int:
+    """The reader of our output left (`| head`): stop quietly, as `cat` does. Output still
+    buffered for the closed pipe is dropped, so the interpreter's final flush cannot raise a
+    second BrokenPipeError at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
 
 
 def _leave(code: int) -> NoReturn:
