@@ -112,7 +112,8 @@ def _query(args: argparse.Namespace) -> int:
                 table = [[*row, note] for row, note in zip(table, notes, strict=True)]
     print(_table(columns, table))
     if "note" in columns:
-        print(f"(partial: a {query.grain} the data or --start/--end cover only in part; do not compare its total with whole ones)")
+        note = "the data or --start/--end cover only in part; do not compare its total with whole ones"
+        print(f"(partial: a {query.grain} {note})")
     if result.truncated:
         print(f"(first {result.row_count} rows)")
     if args.sql:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import REGISTRY
@@ -89,7 +90,7 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def http_metrics(event_routes: dict[str, str]) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def http_metrics(event_routes: dict[str, str]) -> Middleware:
     """Middleware counting requests and their duration; `event_routes` (path → platform) are
     platform event deliveries, whose duration is also their acknowledgement latency."""
 
