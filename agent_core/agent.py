@@ -38,6 +38,7 @@ from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.skill_tools import skill_tools
 from agent_core.tools.todo import TodoTool
 from agent_core.tracing import TracingHook
+from agent_core.workspace.local import use_object_storage
 
 
 def build_agent(
@@ -47,6 +48,7 @@ def build_agent(
     extra_tools: Sequence[Tool] = (),
 ) -> AgentLoop:
     """An agent loop on the Anthropic Messages API with the standard tools, skills and hooks."""
+    use_object_storage(config.workspace_url, config.s3_endpoint_url)
     client = anthropic.AsyncAnthropic(
         api_key=config.api_key.get_secret_value() if config.api_key else "not-set",
         base_url=config.base_url,

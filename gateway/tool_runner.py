@@ -24,6 +24,7 @@ from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.tools.base import ToolError
 from agent_core.tools.catalog import STANDARD_TOOLS, audit_trail, build_tool
 from agent_core.tools.registry import validation_message
+from agent_core.workspace.local import use_object_storage
 from gateway.config import Settings
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ async def run_tool(
         names = ", ".join(sorted(entry.name for entry in STANDARD_TOOLS))
         print(f"ba-agent: unknown tool {name!r} (tools: {names})", file=sys.stderr)
         return 2
+    use_object_storage(settings.workspace_url, settings.s3_endpoint_url)
     async with service_audit(settings) as audit:
         tool = build_tool(settings, name, audit)
         assert tool is not None

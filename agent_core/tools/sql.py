@@ -51,9 +51,13 @@ DEFAULT_BYTE_CAP = 1_000_000
 DEFAULT_QUERY_TIMEOUT_S = 30.0
 
 
+TABLES_FILE = "tables.duckdb"
+
+
 def conversation_database(deps: RunDeps) -> Path:
-    """The DuckDB file holding a conversation's uploaded tables (outside the agent's view)."""
-    return deps.data_dir / "workspaces" / thread_dir_name(deps.thread_id) / "tables.duckdb"
+    """The DuckDB file holding a conversation's uploaded tables (outside the agent's view; with
+    workspaces in object storage a local copy, fetched at the start of each turn)."""
+    return deps.data_dir / "workspaces" / thread_dir_name(deps.thread_id) / TABLES_FILE
 
 
 def demo_database(deps: RunDeps) -> Path:

@@ -152,6 +152,12 @@ class S3Workspace:
         """Store the file a trusted caller wrote at ``real_path(path, must_exist=False)``."""
         return await self._run(self._commit, path)
 
+    async def pull_private(self, name: str) -> Path:
+        return await self._run(self._pull_private, name)
+
+    async def push_private(self, name: str) -> None:
+        await self._run(self._push_private, name)
+
     async def _run(self, fn: Callable[..., _T], *args: object) -> _T:
         # boto3 blocks: every call runs in a worker thread.
         return await asyncio.to_thread(fn, *args)
@@ -464,6 +470,49 @@ class S3Workspace:
         return self._write(vpath, local.read_bytes(), overwrite=True)
 
 
+    # ---------------------------------------------------------------- server files beside the areas
+
+    def _private_key(self, name: str) -> str:
+        if name in self._areas or "/" in name or name.startswith("."):
+            raise ValueError(f"not a private file name: {name!r}")
+        return f"{self._root}/{name}"
+
+    def _pull_private(self, name: str) -> Path:
+        """Download the stored copy unless the local one is that version (its ETag is kept
+        beside it); a conversation without one yet has none to fetch."""
+        local = self._cache / name
+        marker = self._cache / f".{name}.etag"
+        head = self._head_key(self._private_key(name))
+        if head is None:
+            return local
+        if local.is_file() and marker.is_file() and marker.read_text() == head["ETag"]:
+            return local
+        local.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=local.parent, prefix=".ba-tmp-", delete=False) as tmp:
+            self._s3.download_fileobj(self._bucket, self._private_key(name), tmp)
+        os.replace(tmp.name, local)
+        marker.write_text(head["ETag"])
+        return local
+
+    def _push_private(self, name: str) -> None:
+        local = self._cache / name
+        if not local.is_file():
+            return
+        with local.open("rb") as f:
+            answer = self._s3.put_object(Bucket=self._bucket, Key=self._private_key(name), Body=f)
+        (self._cache / f".{name}.etag").write_text(answer["ETag"])
+
+    def _head_key(self, key: str) -> dict[str, Any] | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            return dict(self._s3.head_object(Bucket=self._bucket, Key=key))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+
+
 def _join(vdir: str, name: str) -> str:
     return f"{vdir.rstrip('/')}/{name}"
 
@@ -472,8 +521,9 @@ def s3_workspace_for(
     client: Any, url: str, cache_dir: Path, thread_id: str, limits: WorkspaceLimits | None = None
 ) -> S3Workspace:
     """The workspace of one conversation under ``url`` (``s3://bucket/prefix``): its own key
-    prefix, named like `LocalWorkspace`'s folder, so conversations never name each other's files."""
+    prefix, named like `LocalWorkspace`'s folder, so conversations never name each other's files;
+    `cache_dir` is the conversation's own local folder."""
     bucket, prefix = parse_workspace_url(url)
     name = thread_dir_name(thread_id)
     root = f"{prefix}/{name}" if prefix else name
-    return S3Workspace(client, bucket, root, Path(cache_dir) / name, limits)
+    return S3Workspace(client, bucket, root, Path(cache_dir), limits)
