@@ -145,9 +145,13 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _threads(args: argparse.Namespace) -> int:
-    from gateway.stats import print_threads
+    from gateway.stats import UnknownThread, print_threads
 
-    asyncio.run(print_threads(load_settings(), args.limit))
+    try:
+        asyncio.run(print_threads(load_settings(), args.limit))
+    except UnknownThread as exc:
+        print(f"ba-agent: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -105,3 +105,13 @@ def test_tool_list_names_every_tool_with_its_input(tmp_path: Path) -> None:
     schemas = json.loads(run(tmp_path, "tool", "list", "--json").stdout)
     [sql] = [s for s in schemas if s["name"] == "sql_query"]
     assert sql["input_schema"]["required"] == ["sql"]
+
+
+def test_stats_and_threads_on_a_database_never_migrated_say_so(tmp_path: Path) -> None:
+    for command in ("stats", "threads"):
+        done = run(tmp_path, command, BA_DATA_DIR="./elsewhere")
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert done.stderr.splitlines()[-1] == (
+            "ba-agent: this database has no tables yet: is DATABASE_URL (or BA_DATA_DIR) the service's? "
+            "`ba-agent serve` or `ba-agent db upgrade` creates them"
+        )
