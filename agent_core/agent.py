@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import anthropic
@@ -15,6 +14,7 @@ from agent_core.hooks.caching import PromptCachingHook
 from agent_core.hooks.compression import CompressionHook
 from agent_core.hooks.dangling import DanglingToolCallPatch
 from agent_core.hooks.memory import MemoryHook
+from agent_core.hooks.metrics import MetricsHook
 from agent_core.hooks.refocus import RefocusHook
 from agent_core.hooks.skills import SkillPolicyHook
 from agent_core.hooks.usage import UsageHook
@@ -23,7 +23,7 @@ from agent_core.memory import MemoryStore
 from agent_core.model import ModelClient
 from agent_core.prompts import system_prompt
 from agent_core.run_context import RunContext
-from agent_core.skills.loader import SkillCatalog, bundled_skills_dir, load_skills
+from agent_core.skills.loader import load_skill_catalog
 from agent_core.store.threads import ThreadStore
 from agent_core.subagents import DEFAULT_SUBAGENTS, TaskTool
 from agent_core.telemetry import TelemetryHook
@@ -38,17 +38,7 @@ from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.skill_tools import skill_tools
 from agent_core.tools.todo import TodoTool
 from agent_core.tracing import TracingHook
-
-log = logging.getLogger(__name__)
-
-
-def load_skill_catalog(config: AgentConfig) -> SkillCatalog:
-    """Bundled skills, then the operator's directory (same name overrides)."""
-    dirs = [bundled_skills_dir()] + ([config.skills_dir] if config.skills_dir else [])
-    catalog = load_skills(dirs)
-    for error in catalog.errors:
-        log.error("skill not loaded: %s", error)
-    return catalog
+from agent_core.workspace.local import use_object_storage
 
 
 def build_agent(
@@ -58,6 +48,7 @@ def build_agent(
     extra_tools: Sequence[Tool] = (),
 ) -> AgentLoop:
     """An agent loop on the Anthropic Messages API with the standard tools, skills and hooks."""
+    use_object_storage(config.workspace_url, config.s3_endpoint_url)
     client = anthropic.AsyncAnthropic(
         api_key=config.api_key.get_secret_value() if config.api_key else "not-set",
         base_url=config.base_url,
@@ -65,7 +56,7 @@ def build_agent(
         timeout=config.model_timeout_s,
     )
     model = ModelClient(client, config.model, config.max_tokens)
-    catalog = load_skill_catalog(config)
+    catalog = load_skill_catalog(config.skills_dir)
     memory = MemoryStore(config.data_dir / "memory")
     tools = ToolRegistry(
         [*default_tools(config, sessions), TodoTool(), *skill_tools(catalog), MemoryTool(memory, sessions), *extra_tools]
@@ -73,6 +64,7 @@ def build_agent(
     models = ModelTable()
     usage = UsageHook(models)
     telemetry = TelemetryHook(sessions)
+    metrics = MetricsHook()
 
     async def budget(ctx: RunContext) -> str | None:
         return await check_budget(
@@ -80,7 +72,7 @@ def build_agent(
         )
 
     def subagent_hooks() -> list[Hook]:
-        return [PromptCachingHook(), usage, telemetry]
+        return [PromptCachingHook(), usage, telemetry, metrics]
 
     gate = ApprovalGate(tools, config.access_policy, config.approval_rows)
     tools.register(TaskTool(model, tools, DEFAULT_SUBAGENTS, hooks=subagent_hooks, budget=budget, gate=gate))
@@ -94,13 +86,14 @@ def build_agent(
             counter=TokenCounter(shared_cl100k()),
             models=models,
             store=store,
-            summary_observers=[usage, telemetry],
+            summary_observers=[usage, telemetry, metrics],
         ),
         RefocusHook(config.refocus),
         PromptCachingHook(),
         DanglingToolCallPatch(store),
         usage,
         telemetry,
+        metrics,
         TracingHook(),  # a no-op unless a tracer provider is configured
     ]
 

@@ -72,6 +72,10 @@ class AgentConfig(BaseSettings):
     model_timeout_s: float = Field(300.0, gt=0, validation_alias="BA_MODEL_TIMEOUT")
     data_dir: Path = Field(Path("./data"), validation_alias="BA_DATA_DIR")
     skills_dir: Path | None = Field(None, validation_alias="BA_SKILLS_DIR")
+    # Conversation workspaces (uploads, charts, reports, uploaded tables) on S3-compatible object
+    # storage, s3://bucket/prefix, so replicas share no filesystem; None: under data_dir.
+    workspace_url: str | None = Field(None, validation_alias="BA_WORKSPACE_URL")
+    s3_endpoint_url: str | None = Field(None, validation_alias="BA_S3_ENDPOINT_URL")
     datasources: Annotated[dict[str, DataSourceConfig], NoDecode] = Field(
         default_factory=dict, validation_alias="BA_DATASOURCES"
     )
@@ -111,6 +115,16 @@ class AgentConfig(BaseSettings):
     def _absolute(cls, value: Path) -> Path:
         # Workers, tools and file cleanup must agree on one place whatever their cwd.
         return value.resolve()
+
+    @field_validator("workspace_url")
+    @classmethod
+    def _object_store_url(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        from agent_core.workspace.s3 import parse_workspace_url
+
+        parse_workspace_url(value)  # ValueError names the expected form
+        return value
 
     @field_validator("base_url")
     @classmethod

@@ -26,6 +26,7 @@ from agent_core.hooks import Hook, TurnObserver
 from agent_core.i18n import Language, t
 from agent_core.messages import OutboundFile, Role, StandardMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from agent_core.model import ContextOverflow, ModelClient, ModelResponse, ModelUnavailable
+from agent_core.model_errors import ModelErrorKind
 from agent_core.provenance import Provenance
 from agent_core.request import build_request
 from agent_core.run_context import RunContext, RunDeps, TurnState
@@ -147,13 +148,31 @@ class ModelDown(TurnEnded):
     """The model could not be reached (or the context would not fit even after shrinking)."""
 
     def __init__(self, cause: ModelUnavailable, language: Language) -> None:
-        apology = t(
+        super().__init__(model_down_text(cause, language), TurnEnd.MODEL_UNAVAILABLE, post=True)
+
+
+def model_down_text(cause: ModelUnavailable, language: Language) -> str:
+    """What the user is told when the model could not answer: the truth about why."""
+    if cause.kind.misconfigured:
+        return t(
             language,
-            "Sorry, I can't reach the analysis model right now. Please try again in "
-            "a few minutes. (reference {ref})",
+            "Sorry, I can't answer: the bot is misconfigured (its model settings were rejected). "
+            "An admin has been told. (reference {ref})",
             ref=cause.ref_id,
         )
-        super().__init__(apology, TurnEnd.MODEL_UNAVAILABLE, post=True)
+    if cause.kind is ModelErrorKind.OVERLOADED:
+        return t(
+            language,
+            "Sorry, the analysis model is overloaded right now; I retried without success. "
+            "Please try again in a few minutes. (reference {ref})",
+            ref=cause.ref_id,
+        )
+    return t(
+        language,
+        "Sorry, I can't reach the analysis model right now. Please try again in "
+        "a few minutes. (reference {ref})",
+        ref=cause.ref_id,
+    )
 
 
 # --------------------------------------------------------------------------- the loop
@@ -313,12 +332,14 @@ class AgentLoop:
         try:
             response = await self.model.complete(request, on_text=observer.on_text, on_restart=observer.on_text_reset)
         except ContextOverflow as exc:
+            await self._failed(exc, ctx)
             if ctx.turn.overflow_retried or not await self._shrink(history, ctx, exc):
                 raise self._down(exc, ctx.language) from exc
             ctx.turn.overflow_retried = True
             await observer.on_text_reset()
             return None
         except ModelUnavailable as exc:
+            await self._failed(exc, ctx)
             raise self._down(exc, ctx.language) from exc
         ctx.turn.model_calls += 1
         ctx.turn.thread.model_calls += 1
@@ -359,9 +380,17 @@ class AgentLoop:
                 continue
             raise AwaitingApproval(request)
 
+    async def _failed(self, exc: ModelUnavailable, ctx: RunContext) -> None:
+        for hook in self.hooks:
+            await hook.after_model_error(exc, ctx)
+
     @staticmethod
     def _down(exc: ModelUnavailable, language: Language) -> ModelDown:
-        log.error("model unavailable (ref %s): %s", exc.ref_id, exc)
+        if exc.kind.misconfigured:
+            setting = "ANTHROPIC_API_KEY" if exc.kind is ModelErrorKind.AUTHENTICATION else "BA_MODEL"
+            log.error("model call rejected (ref %s): %s; check %s", exc.ref_id, exc, setting)
+        else:
+            log.error("model unavailable (ref %s): %s", exc.ref_id, exc)
         return ModelDown(exc, language)
 
     async def _shrink(self, history: list[StandardMessage], ctx: RunContext, exc: ContextOverflow) -> bool:

@@ -27,6 +27,7 @@ from agent_core.messages import (
     ToolUseBlock,
     new_id,
 )
+from agent_core.model_errors import ModelErrorKind, error_kind
 from agent_core.request import ModelRequest, SystemBlock
 from agent_core.retry import backoff_delay_s
 
@@ -41,18 +42,26 @@ TextSink = Callable[[str], Awaitable[None]]
 
 
 class ModelUnavailable(Exception):
-    """The model could not answer after all retries; `ref_id` is quoted to the user and logged."""
+    """The model could not answer after all retries; `ref_id` is quoted to the user and logged.
 
-    def __init__(self, message: str) -> None:
+    `kind` says why; `model` and `duration_ms` describe the failed call (for the call record).
+    """
+
+    def __init__(
+        self, message: str, kind: ModelErrorKind = ModelErrorKind.UNREACHABLE, model: str = "", duration_ms: float = 0.0
+    ) -> None:
         super().__init__(message)
         self.ref_id = new_id()[:12]
+        self.kind = kind
+        self.model = model
+        self.duration_ms = duration_ms
 
 
 class ContextOverflow(ModelUnavailable):
     """The request was longer than the model's context window."""
 
     def __init__(self, message: str, prompt_tokens: int | None, limit: int | None) -> None:
-        super().__init__(message)
+        super().__init__(message, ModelErrorKind.CONTEXT_OVERFLOW)
         self.prompt_tokens = prompt_tokens
         self.limit = limit
 
@@ -220,7 +229,9 @@ class ModelClient:
                 break
             except anthropic.APIStatusError as exc:
                 if is_context_overflow(exc):
-                    raise ContextOverflow(str(exc), *overflow_sizes(exc)) from exc
+                    overflow = ContextOverflow(str(exc), *overflow_sizes(exc))
+                    overflow.model, overflow.duration_ms = params["model"], _ms_since(started)
+                    raise overflow from exc
                 streamed_error = exc.status_code < 400 and _stream_error_type(exc) in _RETRYABLE_STREAM_ERRORS
                 if streamed_error and attempt <= self._stream_retries:
                     log.warning("model stream failed (%s), retrying", _stream_error_type(exc))
@@ -228,9 +239,20 @@ class ModelClient:
                     if on_restart is not None:
                         await on_restart()
                     continue
-                raise ModelUnavailable(f"model error {exc.status_code}: {_stream_error_type(exc)}") from exc
+                # An error inside a started stream comes with status 200: its type decides.
+                status = exc.status_code
+                if status < 400:
+                    status = 529 if _stream_error_type(exc) in (*_RETRYABLE_STREAM_ERRORS, "rate_limit_error") else 400
+                raise ModelUnavailable(
+                    f"model error {exc.status_code}: {_stream_error_type(exc)}",
+                    error_kind(status),
+                    params["model"],
+                    _ms_since(started),
+                ) from exc
             except (anthropic.APIConnectionError, anthropic.APITimeoutError) as exc:
-                raise ModelUnavailable(f"model unreachable: {type(exc).__name__}") from exc
+                raise ModelUnavailable(
+                    f"model unreachable: {type(exc).__name__}", ModelErrorKind.UNREACHABLE, params["model"], _ms_since(started)
+                ) from exc
         usage = final.usage
         content = [b for b in (_convert_block(block) for block in final.content) if b is not None]
         return ModelResponse(
@@ -243,6 +265,10 @@ class ModelClient:
                 cache_read_tokens=getattr(usage, "cache_read_input_tokens", None) or 0,
                 cache_write_tokens=getattr(usage, "cache_creation_input_tokens", None) or 0,
             ),
-            duration_ms=(time.perf_counter() - started) * 1000,
+            duration_ms=_ms_since(started),
             attempts=attempt,
         )
+
+
+def _ms_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1000

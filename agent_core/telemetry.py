@@ -9,7 +9,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.hooks import Hook
 from agent_core.messages import ToolUseBlock
-from agent_core.model import ModelResponse
+from agent_core.model import ModelResponse, ModelUnavailable
 from agent_core.run_context import RunContext
 from agent_core.store.db import insert_rows
 from agent_core.store.tables import CallRecordRow
@@ -38,6 +38,19 @@ class TelemetryHook(Hook):
                 cache_read_tokens=usage.cache_read_tokens,
                 cache_write_tokens=usage.cache_write_tokens,
                 retries=response.attempts - 1,
+            )
+        )
+
+    async def after_model_error(self, error: ModelUnavailable, ctx: RunContext) -> None:
+        await self._record(
+            CallRecordRow(
+                thread_id=ctx.thread_id,
+                user_id=ctx.user or None,
+                kind="model",
+                name=error.model or "unknown",
+                duration_ms=error.duration_ms,
+                success=False,
+                error_type=error.kind.value,
             )
         )
 

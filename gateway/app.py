@@ -9,9 +9,9 @@ from aiohttp import web
 from sqlalchemy import text
 
 from adapters.base import Handler
-from agent_core.store.call_stats import call_stats
+from agent_core.model_check import ModelCheck
 from gateway.config import Settings
-from gateway.metrics import render_metrics
+from gateway.metrics import http_metrics, render_metrics
 from gateway.migrate import upgrade
 from gateway.platforms import Platforms, build_platforms
 from gateway.runtime import Runtime
@@ -25,6 +25,8 @@ CONNECTIONS = web.AppKey("connections", dict)
 # Platform credential checks at start-up: name → credentials(), None where there is none.
 CREDENTIALS = web.AppKey("credentials", dict)
 WORKERS = web.AppKey[WorkerPool | None]("workers")
+# The start-up check of the model key and name (agent_core.model_check), shown by /readyz.
+MODEL_CHECK = web.AppKey("model_check", dict)
 
 
 def describe_configuration(settings: Settings) -> str:
@@ -86,6 +88,9 @@ async def readyz(request: web.Request) -> web.Response:
     # traffic to another replica with the same one.
     checks = {name: check() for name, check in request.app[CREDENTIALS].items()}
     body["credentials"] = {name: c.model_dump(mode="json") for name, c in checks.items() if c is not None}
+    # Reported, not required: a rejected key or model is for an operator to fix, and the
+    # platforms must keep getting acknowledgements meanwhile (users are told what is wrong).
+    body["model"] = request.app[MODEL_CHECK]["result"].model_dump()
     # Reported, not required: accepted events wait durably while a worker restarts.
     if (workers := request.app[WORKERS]) is not None:
         body["workers"] = {"ready": workers.ready, "configured": workers.count}
@@ -94,8 +99,10 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
-    stats = await call_stats(runtime.sessions)
-    body = render_metrics(stats, await runtime.inbox.open_events())
+    workers = request.app[WORKERS]
+    body = render_metrics(
+        await runtime.inbox.open_events(), (workers.ready, workers.count) if workers is not None else (0, 0)
+    )
     return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
 
@@ -108,9 +115,11 @@ def create_app(settings: Settings) -> web.Application:
     runtime = Runtime.build(settings)
     platforms = build_platforms(settings, runtime)
     workers = WorkerPool(settings.worker_processes) if settings.worker_processes else None
-    app = web.Application(client_max_size=1024**2)
+    event_routes = {route.path: p.name for p in settings.platforms for route in p.routes if route.method == "POST"}
+    app = web.Application(client_max_size=1024**2, middlewares=[http_metrics(event_routes)])
     app[RUNTIME] = runtime
     app[WORKERS] = workers
+    app[MODEL_CHECK] = {"result": ModelCheck(state="pending")}
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
@@ -120,9 +129,15 @@ def create_app(settings: Settings) -> web.Application:
     mount_routes(app, settings, platforms)
 
     wake_forwarder: asyncio.Task[None] | None = None
+    model_check: asyncio.Task[None] | None = None
+
+    async def check_model_settings() -> None:
+        from agent_core.model_check import check_model
+
+        app[MODEL_CHECK]["result"] = await check_model(settings)
 
     async def on_startup(_app: web.Application) -> None:
-        nonlocal wake_forwarder
+        nonlocal wake_forwarder, model_check
         revision = await asyncio.to_thread(upgrade, settings.effective_database_url)
         log.info("database at revision %s", revision)
         await runtime.inbox.open()
@@ -133,9 +148,12 @@ def create_app(settings: Settings) -> web.Application:
             await workers.start()
             wake_forwarder = asyncio.create_task(forward_wakeups(runtime.inbox.wakeup, workers))
         await platforms.start_connections()
+        model_check = asyncio.create_task(check_model_settings())  # readiness does not wait for it
 
     async def on_cleanup(_app: web.Application) -> None:
         await platforms.close()  # first: in-flight envelopes commit and are acked
+        if model_check is not None:
+            model_check.cancel()
         if wake_forwarder is not None:
             wake_forwarder.cancel()
         if workers is not None:

@@ -13,7 +13,7 @@ from agent_core.data.ingest import LoadedTable, load_upload, tables_of_file
 from agent_core.data.upload_limits import UploadLimits
 from agent_core.messages import InboundMessage
 from agent_core.run_context import RunDeps
-from agent_core.tools.sql import conversation_database
+from agent_core.tools.sql import TABLES_FILE
 from agent_core.workspace.backend import WorkspaceError, sanitize_filename
 from agent_core.workspace.local import workspace_for
 
@@ -30,8 +30,9 @@ async def ingest_attachments(
     of the same message) is neither fetched nor loaded again.
     """
     workspace = workspace_for(ctx.data_dir, ctx.thread_id)
-    database = conversation_database(ctx)
+    database = await workspace.pull_private(TABLES_FILE)  # the tables loaded so far
     notes: list[str] = []
+    loaded = False
     for attachment in await responder.resolve_attachments(msg):
         virtual = f"/uploads/{sanitize_filename(attachment.name)}"
         tables = await asyncio.to_thread(tables_of_file, database, attachment.file_id) if attachment.file_id else []
@@ -41,6 +42,7 @@ async def ingest_attachments(
         try:
             dest = await workspace.real_path(virtual, must_exist=False)
             path = await responder.fetch_attachment(msg, attachment, dest, limits.max_bytes)
+            await workspace.commit(virtual)
         except (AttachmentError, WorkspaceError) as exc:
             notes.append(f"{attachment.name}: could not be fetched ({exc}).")
             continue
@@ -59,7 +61,16 @@ async def ingest_attachments(
             notes.append(f"{attachment.name}: saved as {virtual} but could not be read as a table.")
             continue
         notes.extend(_table_notes(attachment.name, tables))
+        loaded = True
+    if loaded:
+        await workspace.push_private(TABLES_FILE)
     return notes
+
+
+async def fetch_conversation_tables(ctx: RunDeps) -> None:
+    """Bring the conversation's uploaded tables here before a turn: with workspaces in object
+    storage, another replica may have loaded them (a no-op for the local directory)."""
+    await workspace_for(ctx.data_dir, ctx.thread_id).pull_private(TABLES_FILE)
 
 
 def _table_notes(name: str, tables: list[LoadedTable]) -> list[str]:

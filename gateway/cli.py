@@ -66,6 +66,10 @@ def _serve(args: argparse.Namespace) -> int:
     sock = _listening_socket(settings.host, settings.port)
     _configure_logging(settings)
     verify_start_up(settings)
+    # Before prometheus-client is imported: it picks multiprocess mode at import time.
+    from gateway.metrics_dir import start_multiprocess, stop_multiprocess
+
+    metrics_dir = start_multiprocess(settings.data_dir)
 
     from aiohttp import web
 
@@ -77,7 +81,10 @@ def _serve(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.enable()
     print(f"BA-Agent Gateway listening on http://{settings.host}:{settings.port}", flush=True)
-    web.run_app(app, sock=sock, print=None, access_log=None)
+    try:
+        web.run_app(app, sock=sock, print=None, access_log=None)
+    finally:
+        stop_multiprocess(metrics_dir)
     gc.unfreeze()  # let extension modules see their objects released at exit
     return 0
 
@@ -115,9 +122,9 @@ def _db_upgrade(_args: argparse.Namespace) -> int:
 
 
 def _skills_list(_args: argparse.Namespace) -> int:
-    from agent_core.agent import load_skill_catalog
+    from agent_core.skills.loader import load_skill_catalog
 
-    catalog = load_skill_catalog(load_settings())
+    catalog = load_skill_catalog(load_settings(platforms=()).skills_dir)
     for skill in catalog:
         flags = " (not model-invocable)" if skill.frontmatter.disable_model_invocation else ""
         print(f"{skill.name}{flags}\n    {skill.frontmatter.description}\n    {skill.directory}")
@@ -138,9 +145,13 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _threads(args: argparse.Namespace) -> int:
-    from gateway.stats import print_threads
+    from gateway.stats import UnknownThread, print_threads
 
-    asyncio.run(print_threads(load_settings(), args.limit))
+    try:
+        asyncio.run(print_threads(load_settings(), args.limit))
+    except UnknownThread as exc:
+        print(f"ba-agent: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -167,6 +178,12 @@ def _tool_run(args: argparse.Namespace) -> int:
     verify_start_up(settings)
     run_as = (args.platform, args.user, args.channel)
     return asyncio.run(run_tool(settings, args.name, args.json, args.thread, run_as))
+
+
+def _tool_list(args: argparse.Namespace) -> int:
+    from gateway.tool_runner import list_tools
+
+    return list_tools(load_settings(platforms=()), args.json)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     tool_run.add_argument("--user", help="that user's id: the access policy applies as in their DM")
     tool_run.add_argument("--channel", help="…or as in this channel, whose audience then decides")
     tool_run.set_defaults(func=_tool_run, one_shot=True)
+    tool_list = tool_commands.add_parser("list", help="the tools: names, what they do, input fields")
+    tool_list.add_argument("--json", action="store_true", help="each tool's full input JSON schema")
+    tool_list.set_defaults(func=_tool_list)
 
     memory = commands.add_parser("memory", help="show or edit the agent's memory files")
     memory_commands = memory.add_subparsers(dest="memory_command", required=True)
@@ -258,9 +278,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _reader_gone()
     if argv is None and getattr(args, "one_shot", False):  # the program itself, not a caller
         _leave(code)
     return code
+
+
+def _reader_gone() -> int:
+    """The reader of our output left (`| head`): stop quietly, as `cat` does. Output still
+    buffered for the closed pipe is dropped, so the interpreter's final flush cannot raise a
+    second BrokenPipeError at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
 
 
 def _leave(code: int) -> NoReturn:

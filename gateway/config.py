@@ -10,6 +10,7 @@ platform reads its own variables with its own settings class (`adapters.base.Pla
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -139,12 +140,25 @@ def load_settings(*, platforms: Iterable[type[Platform[Any]]] | None = None, **o
     if problems:
         raise ConfigError("invalid configuration: " + "; ".join(problems))
     settings._platforms = tuple(loaded)
+    if not settings.data_dir.exists():
+        _say_new_data_dir(settings.data_dir)
     return settings
+
+
+def _say_new_data_dir(data_dir: Path) -> None:
+    """A relative ``BA_DATA_DIR`` (``./data`` by default) is read from the working directory, so a
+    command run from elsewhere would quietly start a second database and workspace: say where,
+    before anything is written, whenever the directory is not there yet."""
+    print(
+        f"ba-agent: {data_dir} (BA_DATA_DIR) does not exist yet; a command that stores data creates it "
+        "there (a relative BA_DATA_DIR is read from the working directory)",
+        file=sys.stderr,
+    )
 
 
 def _problem(err: Any, env_name: Callable[[str], str]) -> str:
     """"NAME: message" for one validation error; a check across fields names its variables
     in its message."""
     field = ".".join(str(part) for part in err["loc"])
-    message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's label for a check's own message
+    message = str(err["msg"]).removeprefix("Value error, ")  # pydantic's wording, not ours
     return f"{env_name(field)}: {message}" if field else message

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
@@ -40,8 +41,9 @@ from agent_core.store.threads import ThreadStore
 from agent_core.tools.base import ToolResult
 from agent_core.tools.progress import step_title
 from agent_core.tracing import TRACER_NAME
-from gateway.attachments import ingest_attachments
+from gateway.attachments import fetch_conversation_tables, ingest_attachments
 from gateway.inbox import Inbox
+from gateway.metrics import TURN_DURATION
 from gateway.outbound import OutboundLedger
 from gateway.tables import EventStatus, InboundEventRow
 
@@ -244,6 +246,7 @@ class Dispatcher:
         thread_id = await self._store.open(msg.thread, dm_owner=msg.user if msg.is_dm else None)
         await self._withdraw_approvals(thread_id, msg, responder)
         deps = self._run_deps(msg, thread_id)
+        await fetch_conversation_tables(deps)
         notes = await ingest_attachments(responder, msg, deps, self._upload_limits) if msg.attachments else []
         agent = self._agent
 
@@ -266,10 +269,15 @@ class Dispatcher:
         stream = await responder.open_stream(msg, delivery_id)
         observer = _ProgressObserver(responder, msg, stream)
         tracer = trace.get_tracer(TRACER_NAME)
+        started = time.perf_counter()
+        outcome = "error"
         try:
             with tracer.start_as_current_span("turn", attributes={"ba.platform": msg.platform, "ba.thread_id": thread_id}):
-                return await turn(observer)
+                result = await turn(observer)
+                outcome = result.end.value
+                return result
         finally:
+            TURN_DURATION.labels(outcome).observe(time.perf_counter() - started)
             if stream is not None:
                 await stream.close()
 
@@ -314,6 +322,7 @@ class Dispatcher:
             if a.status is not ApprovalStatus.WITHDRAWN
         ]
         deps = self._run_deps(origin, thread_id)  # the asker's identity: their policy applies
+        await fetch_conversation_tables(deps)
         agent = self._agent
 
         async def turn(observer: TurnObserver) -> TurnResult:

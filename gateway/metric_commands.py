@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -61,6 +61,7 @@ def _query(args: argparse.Namespace) -> int:
     from agent_core.run_context import RunContext
     from agent_core.tools.base import ToolError
     from agent_core.tools.metric_tools import MetricQueryResult, QueryMetricInput, QueryMetricTool
+    from agent_core.tools.registry import validation_message
     from gateway.tool_runner import service_audit
 
     settings = load_settings()
@@ -79,32 +80,76 @@ def _query(args: argparse.Namespace) -> int:
     try:
         query = QueryMetricInput.model_validate({k: v for k, v in raw.items() if v not in (None, [])})
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        print(f"ba-agent: invalid metric query: {problems}", file=sys.stderr)
+        print(f"ba-agent: invalid metric query: {validation_message(exc)}", file=sys.stderr)
         return 2
     ensure_demo_database(demo_database_path(settings.data_dir))
     ctx = RunContext(
         thread_id="cli", data_dir=settings.data_dir, channel="cli", user="operator", tool_call_id=f"cli_{new_id()}"
     )
 
-    async def run() -> MetricQueryResult:
+    async def run_query(metric_query: QueryMetricInput) -> MetricQueryResult:
         async with service_audit(settings) as audit:  # recorded like any read of a source
             from agent_core.tools.catalog import source_access
 
-            return await QueryMetricTool(settings, source_access(settings, audit)).run(query, ctx)
+            return await QueryMetricTool(settings, source_access(settings, audit)).run(metric_query, ctx)
 
     try:
-        result = asyncio.run(run())
+        result = asyncio.run(run_query(query))
     except ToolError as exc:
         print(f"ba-agent: {exc}", file=sys.stderr)
         return 1
     columns = [*query.output_group_by, *query.metrics]
-    print(_table(columns, [[row.get(c) for c in columns] for row in result.rows]))
+    table = [[row.get(c) for c in columns] for row in result.rows]
+    period = f"metric_time__{query.grain}"
+    if query.grain in PERIOD_GRAINS and period in columns:
+        daily = query.model_copy(update={"grain": "day", "group_by": [], "order_by": [], "limit": None})
+        covered = [_as_date(row.get("metric_time__day")) for row in asyncio.run(run_query(daily)).rows]
+        days = [day for day in covered if day is not None]
+        if days:
+            first, last = max(min(days), query.start or date.min), min(max(days), query.end or date.max)
+            column = columns.index(period)
+            notes = [_partial(_as_date(row[column]), query.grain, first, last) for row in table]
+            if any(notes):
+                columns.append("note")
+                table = [[*row, note] for row, note in zip(table, notes, strict=True)]
+    print(_table(columns, table))
+    if "note" in columns:
+        note = "the data or --start/--end cover only in part; do not compare its total with whole ones"
+        print(f"(partial: a {query.grain} {note})")
     if result.truncated:
         print(f"(first {result.row_count} rows)")
     if args.sql:
         print(f"\n{result.sql}")
     return 0
+
+
+PERIOD_GRAINS = ("week", "month", "quarter", "year")
+
+
+def _as_date(value: Any) -> date | None:
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    return date.fromisoformat(str(value)[:10]) if value else None
+
+
+def _partial(start: date | None, grain: str, first: date, last: date) -> str:
+    """"partial" when the period starting at `start` reaches before the first or after the
+    last day covered (a week is Monday to Sunday, as the query truncates it)."""
+    if start is None:
+        return ""
+    if grain == "week":
+        end = start + timedelta(days=6)
+    else:
+        months = {"month": 1, "quarter": 3, "year": 12}[grain]
+        year, month = divmod(start.month - 1 + months, 12)
+        end = date(start.year + year, month + 1, 1) - timedelta(days=1)
+    if start < first:
+        return f"partial (from {first.isoformat()})"
+    if end > last:
+        return f"partial (to {last.isoformat()})"
+    return ""
 
 
 def _names(text: str | None) -> list[str]:

@@ -1,46 +1,118 @@
-"""`GET /metrics`: the call aggregates in Prometheus text format."""
+"""`GET /metrics`: this replica's counters and histograms, in Prometheus text format.
+
+Every process of a replica — `serve` and the worker processes it starts — counts in
+prometheus-client's multiprocess mode: `serve` makes a directory of its own for the run under
+``BA_DATA_DIR/metrics`` and passes it to its workers in ``PROMETHEUS_MULTIPROC_DIR``; a scrape
+sums the files there. So `/metrics` reports this replica only, and summing replicas is right.
+Directories left by runs whose `serve` is gone (a SIGKILL, a crash) are removed at the next
+start on the same host. A `ba-agent worker` started on its own has no `/metrics`.
+
+The one figure read from the database at scrape time is the inbox's pending events: it is the
+same for every replica on one database (its HELP says so; take the max, not the sum).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import REGISTRY
 
-from agent_core.store.call_stats import CallStats
+from gateway.metrics_dir import MULTIPROC_ENV
+
+HTTP_REQUESTS = Counter(
+    "ba_agent_http_requests", "HTTP requests served by this replica, by method, route and status", ["method", "route", "status"]
+)
+HTTP_DURATION = Histogram(
+    "ba_agent_http_request_duration_seconds", "HTTP request handling time, by method and route", ["method", "route"]
+)
+ACK_LATENCY = Histogram(
+    "ba_agent_ack_latency_seconds",
+    "Time to acknowledge a platform event delivery over HTTP (stored in the inbox first), by platform",
+    ["platform"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 3, 5),
+)
+TURN_DURATION = Histogram(
+    "ba_agent_turn_duration_seconds",
+    "Time the agent took for a turn (model calls and tools), by how it ended",
+    ["outcome"],
+    buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
+)
+WORKER_RESTARTS = Counter("ba_agent_worker_restarts", "Worker processes that died and were restarted by serve")
 
 
-class _Snapshot:
-    """A collector over aggregates computed beforehand (the database query is async)."""
+class _ScrapeGauges:
+    """Figures read at scrape time by this process alone: the inbox and the worker pool."""
 
-    def __init__(self, stats: list[CallStats], open_events: int) -> None:
-        self._stats = stats
-        self._open_events = open_events
+    def __init__(self, pending_events: int, workers: tuple[int, int]) -> None:
+        self._pending = pending_events
+        self._workers = workers
 
     def collect(self) -> Iterator[Metric]:
-        labels = ["kind", "name"]
-        calls = CounterMetricFamily("ba_agent_calls", "Model and tool calls", labels=labels)
-        duration = GaugeMetricFamily("ba_agent_call_duration_ms_avg", "Average call duration (ms)", labels=labels)
-        success = GaugeMetricFamily("ba_agent_call_success_ratio", "Share of successful calls", labels=labels)
-        tokens = CounterMetricFamily("ba_agent_tokens", "Model tokens", labels=["name", "type"])
-        for s in self._stats:
-            calls.add_metric([s.kind, s.name], s.calls)
-            duration.add_metric([s.kind, s.name], s.avg_duration_ms)
-            success.add_metric([s.kind, s.name], s.success_rate)
-            if s.kind == "model":
-                for kind, value in (
-                    ("input", s.input_tokens),
-                    ("output", s.output_tokens),
-                    ("cache_read", s.cache_read_tokens),
-                    ("cache_write", s.cache_write_tokens),
-                ):
-                    tokens.add_metric([s.name, kind], value)
-        inbox = GaugeMetricFamily("ba_agent_inbox_open_events", "Accepted events not yet answered")
-        inbox.add_metric([], self._open_events)
-        yield from (calls, duration, success, tokens, inbox)
+        pending = GaugeMetricFamily(
+            "ba_agent_inbox_pending_events",
+            "Accepted events not yet answered, in the whole database: every replica on one "
+            "database reports the same value (take max, not sum)",
+        )
+        pending.add_metric([], self._pending)
+        yield pending
+        ready, configured = self._workers
+        workers = GaugeMetricFamily(
+            "ba_agent_workers", "This replica's worker processes (0 configured: serve answers itself)", labels=["state"]
+        )
+        workers.add_metric(["ready"], ready)
+        workers.add_metric(["configured"], configured)
+        yield workers
 
 
-def render_metrics(stats: list[CallStats], open_events: int) -> bytes:
+def render_metrics(pending_events: int, workers: tuple[int, int]) -> bytes:
+    """The replica's metrics: every process's files in multiprocess mode, else this one's."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(stats, open_events))
-    return generate_latest(registry)
+    if (path := os.environ.get(MULTIPROC_ENV)) is not None:
+        from prometheus_client import multiprocess
+
+        multiprocess.MultiProcessCollector(registry, path=path)
+        body = generate_latest(registry)
+    else:
+        body = generate_latest(REGISTRY)
+    scrape = CollectorRegistry(auto_describe=False)
+    scrape.register(_ScrapeGauges(pending_events, workers))
+    return body + generate_latest(scrape)
+
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def http_metrics(event_routes: dict[str, str]) -> Middleware:
+    """Middleware counting requests and their duration; `event_routes` (path → platform) are
+    platform event deliveries, whose duration is also their acknowledgement latency."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            elapsed = time.perf_counter() - started
+            resource = request.match_info.route.resource
+            route = resource.canonical if resource is not None else "unmatched"
+            method = request.method if request.method in _METHODS else "other"  # bounded labels
+            HTTP_REQUESTS.labels(method, route, str(status)).inc()
+            HTTP_DURATION.labels(method, route).observe(elapsed)
+            if (platform := event_routes.get(route)) is not None and request.method == "POST":
+                ACK_LATENCY.labels(platform).observe(elapsed)
+
+    return middleware

@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import func
+from sqlalchemy import func, inspect
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel import col, select
 from sqlmodel.sql.expression import Select
 
@@ -22,10 +23,25 @@ class UnknownThread(Exception):
     """`--thread` names no conversation in this database."""
 
 
+class NoTablesYet(UnknownThread):
+    """The database was never migrated: likely not the one the service uses."""
+
+
+async def _require_tables(engine: AsyncEngine) -> None:
+    async with engine.connect() as conn:
+        found = await conn.run_sync(lambda sync: inspect(sync).has_table(ThreadRow.__tablename__))
+    if not found:
+        raise NoTablesYet(
+            "this database has no tables yet: is DATABASE_URL (or BA_DATA_DIR) the service's? "
+            "`ba-agent serve` or `ba-agent db upgrade` creates them"
+        )
+
+
 async def print_stats(settings: Settings, thread_id: str | None) -> None:
     engine = create_engine(settings.effective_database_url)
     sessions = session_factory(engine)
     try:
+        await _require_tables(engine)
         if thread_id is not None:
             async with sessions() as session:
                 found = (await session.exec(select(ThreadRow.id).where(ThreadRow.id == thread_id))).first()
@@ -38,12 +54,12 @@ async def print_stats(settings: Settings, thread_id: str | None) -> None:
     scope = f"thread {thread_id}" if thread_id else "all conversations"
     print(f"Calls ({scope})")
     print(
-        f"{'kind':6} {'name':24} {'calls':>7} {'avg ms':>9} {'success':>8} "
+        f"{'kind':6} {'name':24} {'calls':>7} {'failed':>7} {'avg ms':>9} {'success':>8} "
         f"{'in tok':>9} {'out tok':>9} {'cache rd':>9} {'cache wr':>9}"
     )
     for s in stats:
         print(
-            f"{s.kind:6} {s.name[:24]:24} {s.calls:7d} {s.avg_duration_ms:9.1f} {s.success_rate:8.0%} "
+            f"{s.kind:6} {s.name[:24]:24} {s.calls:7d} {s.failures:7d} {s.avg_duration_ms:9.1f} {s.success_rate:8.0%} "
             f"{s.input_tokens:9d} {s.output_tokens:9d} {s.cache_read_tokens:9d} {s.cache_write_tokens:9d}"
         )
     if not stats:
@@ -79,6 +95,7 @@ async def print_threads(settings: Settings, limit: int) -> None:
         .limit(limit)
     )
     try:
+        await _require_tables(engine)
         async with sessions() as session:
             rows = (await session.exec(stmt)).all()
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -22,6 +23,8 @@ from agent_core.messages import new_id
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.tools.base import ToolError
 from agent_core.tools.catalog import STANDARD_TOOLS, audit_trail, build_tool
+from agent_core.tools.registry import validation_message
+from agent_core.workspace.local import use_object_storage
 from gateway.config import Settings
 
 if TYPE_CHECKING:
@@ -68,14 +71,18 @@ async def run_tool(
         names = ", ".join(sorted([SEARCH_SCHEMA, *(entry.name for entry in STANDARD_TOOLS)]))
         print(f"ba-agent: unknown tool {name!r} (tools: {names})", file=sys.stderr)
         return 2
+    use_object_storage(settings.workspace_url, settings.s3_endpoint_url)
     async with service_audit(settings) as audit, service_sessions(settings, name == SEARCH_SCHEMA) as sessions:
         tool = _schema_tool(settings, sessions) if name == SEARCH_SCHEMA else build_tool(settings, name, audit)
         assert tool is not None
         with collecting_new_garbage():
             try:
                 args = tool.Input.model_validate(json.loads(raw_input))
-            except (json.JSONDecodeError, ValidationError) as exc:
-                print(f"ba-agent: invalid input for {name}: {exc}", file=sys.stderr)
+            except json.JSONDecodeError as exc:
+                print(f"ba-agent: invalid input for {name}: not JSON ({exc})", file=sys.stderr)
+                return 2
+            except ValidationError as exc:
+                print(f"ba-agent: invalid input for {name}: {validation_message(exc)}", file=sys.stderr)
                 return 2
             try:
                 raw = await tool.run(args, ctx)
@@ -84,6 +91,35 @@ async def run_tool(
                 return 1
     print(json.dumps(_jsonable(raw), ensure_ascii=False, default=str, indent=2))
     return 0
+
+
+def list_tools(settings: Settings, as_json: bool) -> int:
+    """`ba-agent tool list`: each standard tool's name, what it does and its input fields (the
+    JSON schema the model is given, with ``--json``)."""
+    specs = [entry.build(settings).spec() for entry in STANDARD_TOOLS]
+    if as_json:
+        print(json.dumps(specs, ensure_ascii=False, indent=2))
+        return 0
+    for spec in specs:
+        schema = spec["input_schema"]
+        required = set(schema.get("required", ()))
+        summary = re.split(r"(?<=\.)\s", spec["description"].strip(), maxsplit=1)[0]
+        print(f"{spec['name']}\n    {summary}")
+        for field, details in schema.get("properties", {}).items():
+            flag = "required" if field in required else "optional"
+            print(f"    {field}: {_type_of(details)}, {flag}")
+    return 0
+
+
+def _type_of(details: dict[str, Any]) -> str:
+    """A JSON schema property's type in a few words (``string``, ``array of string``, ``a | b``)."""
+    if "enum" in details:
+        return " | ".join(json.dumps(value) for value in details["enum"])
+    if "anyOf" in details:
+        return " or ".join(_type_of(option) for option in details["anyOf"] if option.get("type") != "null")
+    if details.get("type") == "array":
+        return f"array of {_type_of(details.get('items', {}))}"
+    return str(details.get("type") or details.get("$ref", "any").rsplit("/", 1)[-1])
 
 
 @contextmanager

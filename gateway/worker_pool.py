@@ -16,6 +16,8 @@ import sys
 from collections.abc import Sequence
 
 from agent_core.retry import backoff_delay_s
+from gateway.metrics import WORKER_RESTARTS
+from gateway.metrics_dir import forget_process
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +117,8 @@ class WorkerPool:
             failures = 0 if asyncio.get_running_loop().time() - started > 60 else failures + 1
             delay = backoff_delay_s(failures, first_s=RESTART_FIRST_DELAY_S, max_s=RESTART_MAX_DELAY_S)
             log.error("worker %d (pid %d) exited with code %s; restarting in %.1f s", slot, proc.pid, code, delay)
+            WORKER_RESTARTS.inc()
+            forget_process(proc.pid)
             await asyncio.sleep(delay)
             with contextlib.suppress(OSError):
                 self._processes[slot] = await self._spawn(slot)

@@ -43,7 +43,7 @@ async def _ask_with_the_model_down(gw: Gateway, anthropic: FakeAnthropic, slack:
 async def test_a_chinese_slack_user_gets_the_apology_in_chinese(stack) -> None:
     gw, anthropic, slack = stack
     apology = await _ask_with_the_model_down(gw, anthropic, slack, "UZH", "how did GMV do last week?")
-    assert apology.startswith("抱歉，目前无法连接分析模型，请几分钟后再试。（参考编号 ")
+    assert apology.startswith("抱歉，分析模型目前过载，重试后仍未成功，请几分钟后再试。（参考编号 ")
     [lookup] = slack.calls_to("users.info")
     assert lookup.params["user"] == "UZH"
 
@@ -51,14 +51,14 @@ async def test_a_chinese_slack_user_gets_the_apology_in_chinese(stack) -> None:
 async def test_an_english_slack_user_gets_it_in_english_even_writing_chinese(stack) -> None:
     gw, anthropic, slack = stack
     apology = await _ask_with_the_model_down(gw, anthropic, slack, "UEN", "上周 GMV 怎么样？")
-    assert apology.startswith("Sorry, I can't reach the analysis model right now.")
+    assert apology.startswith("Sorry, the analysis model is overloaded right now;")
 
 
 async def test_a_user_without_a_known_locale_writing_chinese_gets_chinese(stack) -> None:
     gw, anthropic, slack = stack
     # U404 is unknown to users.info: no locale, so the message's language decides.
     apology = await _ask_with_the_model_down(gw, anthropic, slack, "U404", "上周华东区的 GMV 怎么样？")
-    assert apology.startswith("抱歉，目前无法连接分析模型")
+    assert apology.startswith("抱歉，分析模型目前过载")
 
 
 async def test_a_chinese_users_progress_line_and_provenance_are_chinese(stack) -> None:

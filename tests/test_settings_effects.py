@@ -193,7 +193,7 @@ async def test_ba_model_retries_decides_whether_one_overload_reaches_the_user(
     if expect_answer:
         assert reply == "Orders are up 4%." and len(anthropic.requests) == 2
     else:
-        assert "can't reach the analysis model" in reply and len(anthropic.requests) == 1
+        assert "the analysis model is overloaded" in reply and len(anthropic.requests) == 1
 
 
 # --- answering capacity ----------------------------------------------------------------------

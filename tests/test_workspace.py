@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +28,32 @@ from agent_core.workspace import (
     thread_dir_name,
     workspace_for,
 )
+from agent_core.workspace.s3 import S3Workspace
+from tests.s3_server import new_bucket, s3_server
+
+
+# Every test runs on both backends, the local directory and S3-compatible object storage, but
+# those that work on the local directory's own files, symlinks, temporary files or fsync.
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" in metafunc.fixturenames:
+        # A test that asks for the local directory (`root`, `outside`) works on its files.
+        asks = set(inspect.signature(metafunc.function).parameters)
+        local_only = bool(asks & {"root", "outside"})
+        metafunc.parametrize("backend", ["local"] if local_only else ["local", "s3"])
+
+
+MakeWorkspace = Callable[..., WorkspaceBackend]
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    with s3_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, str]:
+    return new_bucket(s3_endpoint, monkeypatch)
 
 
 @pytest.fixture
@@ -33,8 +62,17 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def ws(root: Path) -> LocalWorkspace:
-    return LocalWorkspace(root)
+def make_ws(backend: str, root: Path, tmp_path: Path, request: pytest.FixtureRequest) -> MakeWorkspace:
+    """A workspace of the backend under test, with the given limits."""
+    if backend == "local":
+        return lambda limits=None: LocalWorkspace(root, limits)
+    client, bucket = request.getfixturevalue("s3_bucket")
+    return lambda limits=None: S3Workspace(client, bucket, "workspaces/t1", tmp_path / "cache", limits)
+
+
+@pytest.fixture
+def ws(make_ws: MakeWorkspace) -> WorkspaceBackend:
+    return make_ws()
 
 
 @pytest.fixture
@@ -46,7 +84,7 @@ def outside(tmp_path: Path) -> Path:
     return d
 
 
-def test_local_workspace_implements_protocol(ws: LocalWorkspace) -> None:
+def test_workspace_implements_protocol(ws: WorkspaceBackend) -> None:
     assert isinstance(ws, WorkspaceBackend)
 
 
@@ -71,7 +109,7 @@ ATTACKS = [
 
 
 @pytest.mark.parametrize("path", ATTACKS)
-async def test_unsafe_paths_are_refused_everywhere(ws: LocalWorkspace, path: str) -> None:
+async def test_unsafe_paths_are_refused_everywhere(ws: WorkspaceBackend, path: str) -> None:
     await ws.write("/uploads/ok.csv", "a\n")
     for call in (
         ws.read(path),
@@ -87,7 +125,7 @@ async def test_unsafe_paths_are_refused_everywhere(ws: LocalWorkspace, path: str
             await call
 
 
-async def test_absolute_real_root_is_not_a_virtual_path(ws: LocalWorkspace, root: Path) -> None:
+async def test_absolute_real_root_is_not_a_virtual_path(ws: WorkspaceBackend, root: Path) -> None:
     await ws.write("/uploads/a.csv", "x\n")
     with pytest.raises(PathNotAllowed, match="outside the workspace"):
         await ws.read(str(root / "uploads" / "a.csv"))
@@ -102,7 +140,7 @@ def test_normalize_virtual_path_canonical_forms() -> None:
 
 
 async def test_symlinked_file_is_refused_for_read_and_write(
-    ws: LocalWorkspace, root: Path, outside: Path
+    ws: WorkspaceBackend, root: Path, outside: Path
 ) -> None:
     await ws.write("/uploads/ok.csv", "a\n")
     (root / "uploads" / "link.txt").symlink_to(outside / "secret.txt")
@@ -122,7 +160,7 @@ async def test_symlinked_file_is_refused_for_read_and_write(
 
 
 async def test_dangling_symlink_cannot_be_used_to_create_outside(
-    ws: LocalWorkspace, root: Path, outside: Path
+    ws: WorkspaceBackend, root: Path, outside: Path
 ) -> None:
     await ws.write("/reports/keep.md", "x")
     (root / "reports" / "new.md").symlink_to(outside / "created.md")
@@ -134,7 +172,7 @@ async def test_dangling_symlink_cannot_be_used_to_create_outside(
 
 
 async def test_symlinked_directory_is_refused(
-    ws: LocalWorkspace, root: Path, outside: Path
+    ws: WorkspaceBackend, root: Path, outside: Path
 ) -> None:
     root.mkdir()
     (root / "data").symlink_to(outside, target_is_directory=True)
@@ -148,7 +186,7 @@ async def test_symlinked_directory_is_refused(
 
 
 async def test_symlinked_subdirectory_pointing_inside_is_refused_too(
-    ws: LocalWorkspace, root: Path
+    ws: WorkspaceBackend, root: Path
 ) -> None:
     await ws.write("/uploads/real/a.csv", "x\n")
     (root / "uploads" / "alias").symlink_to(root / "uploads" / "real")
@@ -157,7 +195,7 @@ async def test_symlinked_subdirectory_pointing_inside_is_refused_too(
 
 
 async def test_listings_and_searches_skip_symlinks(
-    ws: LocalWorkspace, root: Path, outside: Path
+    ws: WorkspaceBackend, root: Path, outside: Path
 ) -> None:
     await ws.write("/uploads/a.txt", "SECRET here\n")
     (root / "uploads" / "link.txt").symlink_to(outside / "secret.txt")
@@ -168,7 +206,7 @@ async def test_listings_and_searches_skip_symlinks(
     assert [m.path for m in matches] == ["/uploads/a.txt"]
 
 
-async def test_error_messages_never_reveal_the_real_root(ws: LocalWorkspace, root: Path) -> None:
+async def test_error_messages_never_reveal_the_real_root(ws: WorkspaceBackend, root: Path) -> None:
     failures: list[WorkspaceError] = []
     for call in (
         ws.read("/uploads/missing.csv"),
@@ -187,7 +225,7 @@ async def test_error_messages_never_reveal_the_real_root(ws: LocalWorkspace, roo
 # ----------------------------------------------------------------------------- listing
 
 
-async def test_ls_root_shows_only_areas(ws: LocalWorkspace, root: Path) -> None:
+async def test_ls_root_shows_only_areas(ws: WorkspaceBackend, root: Path) -> None:
     assert await ws.ls("/") == []
     await ws.write("/uploads/a.csv", "x")
     (root / "server-state.db").write_text("internal")
@@ -196,20 +234,20 @@ async def test_ls_root_shows_only_areas(ws: LocalWorkspace, root: Path) -> None:
     assert [(f.path, f.is_dir) for f in listing] == [("/uploads", True)]
 
 
-async def test_ls_missing_area_is_empty_but_missing_folder_fails(ws: LocalWorkspace) -> None:
+async def test_ls_missing_area_is_empty_but_missing_folder_fails(ws: WorkspaceBackend) -> None:
     assert await ws.ls("/charts") == []
     with pytest.raises(FileNotFound):
         await ws.ls("/charts/nope")
 
 
-async def test_ls_a_file_lists_the_file(ws: LocalWorkspace) -> None:
+async def test_ls_a_file_lists_the_file(ws: WorkspaceBackend) -> None:
     await ws.write("/data/x.csv", "1,2\n")
     [info] = await ws.ls("/data/x.csv")
     assert info.path == "/data/x.csv" and info.size == 4 and not info.is_dir
 
 
-async def test_ls_is_capped(root: Path) -> None:
-    ws = LocalWorkspace(root, WorkspaceLimits(ls_max_entries=3))
+async def test_ls_is_capped(make_ws: MakeWorkspace) -> None:
+    ws = make_ws(WorkspaceLimits(ls_max_entries=3))
     for i in range(5):
         await ws.write(f"/data/{i}.txt", "x")
     assert len(await ws.ls("/data")) == 3
@@ -218,7 +256,7 @@ async def test_ls_is_capped(root: Path) -> None:
 # ----------------------------------------------------------------------------- reading
 
 
-async def test_read_pages_with_line_numbers(ws: LocalWorkspace) -> None:
+async def test_read_pages_with_line_numbers(ws: WorkspaceBackend) -> None:
     await ws.write("/uploads/t.txt", "".join(f"line {i}\n" for i in range(1, 11)))
     page = await ws.read("/uploads/t.txt", offset=0, limit=4)
     assert page.content.splitlines() == [f"{i:>6}\tline {i}" for i in range(1, 5)]
@@ -233,15 +271,15 @@ async def test_read_pages_with_line_numbers(ws: LocalWorkspace) -> None:
     assert past.lines == 0 and "past the end" in past.render()
 
 
-async def test_read_limit_is_capped_by_limits(root: Path) -> None:
-    ws = LocalWorkspace(root, WorkspaceLimits(read_max_lines=3))
+async def test_read_limit_is_capped_by_limits(make_ws: MakeWorkspace) -> None:
+    ws = make_ws(WorkspaceLimits(read_max_lines=3))
     await ws.write("/uploads/t.txt", "a\nb\nc\nd\ne\n")
     page = await ws.read("/uploads/t.txt", limit=100)
     assert page.lines == 3 and page.next_offset == 3
 
 
-async def test_read_stops_at_byte_cap_and_cuts_long_lines(root: Path) -> None:
-    ws = LocalWorkspace(root, WorkspaceLimits(read_max_bytes=1024, line_max_chars=100))
+async def test_read_stops_at_byte_cap_and_cuts_long_lines(make_ws: MakeWorkspace) -> None:
+    ws = make_ws(WorkspaceLimits(read_max_bytes=1024, line_max_chars=100))
     await ws.write("/uploads/wide.txt", ("x" * 300 + "\n") * 50)
     page = await ws.read("/uploads/wide.txt")
     assert 0 < page.lines < 50 and page.next_offset == page.lines
@@ -250,7 +288,7 @@ async def test_read_stops_at_byte_cap_and_cuts_long_lines(root: Path) -> None:
 
 
 async def test_read_handles_file_without_trailing_newline_and_empty_file(
-    ws: LocalWorkspace,
+    ws: WorkspaceBackend,
 ) -> None:
     await ws.write("/uploads/a.txt", "one\ntwo")
     assert (await ws.read("/uploads/a.txt")).content == "     1\tone\n     2\ttwo"
@@ -258,7 +296,7 @@ async def test_read_handles_file_without_trailing_newline_and_empty_file(
     assert "empty file" in (await ws.read("/uploads/empty.txt")).render()
 
 
-async def test_read_rejects_binary_and_bad_arguments(ws: LocalWorkspace) -> None:
+async def test_read_rejects_binary_and_bad_arguments(ws: WorkspaceBackend) -> None:
     await ws.write("/uploads/a.parquet", b"PAR1\x00\x01\x02")
     with pytest.raises(NotTextFile):
         await ws.read("/uploads/a.parquet")
@@ -271,8 +309,8 @@ async def test_read_rejects_binary_and_bad_arguments(ws: LocalWorkspace) -> None
         await ws.read("/uploads")
 
 
-async def test_read_bytes_size_limit(root: Path) -> None:
-    ws = LocalWorkspace(root, WorkspaceLimits(read_bytes_max=10))
+async def test_read_bytes_size_limit(make_ws: MakeWorkspace) -> None:
+    ws = make_ws(WorkspaceLimits(read_bytes_max=10))
     await ws.write("/charts/small.png", b"\x89PNG12345")
     assert await ws.read_bytes("/charts/small.png") == b"\x89PNG12345"
     await ws.write("/charts/big.png", b"x" * 11)
@@ -283,7 +321,7 @@ async def test_read_bytes_size_limit(root: Path) -> None:
 # ----------------------------------------------------------------------------- writing
 
 
-async def test_write_refuses_overwrite_unless_asked(ws: LocalWorkspace) -> None:
+async def test_write_refuses_overwrite_unless_asked(ws: WorkspaceBackend) -> None:
     await ws.write("/reports/r.md", "v1")
     with pytest.raises(FileAlreadyExists, match="overwrite=true"):
         await ws.write("/reports/r.md", "v2")
@@ -293,7 +331,7 @@ async def test_write_refuses_overwrite_unless_asked(ws: LocalWorkspace) -> None:
 
 
 async def test_write_creates_parents_and_leaves_no_temp_files(
-    ws: LocalWorkspace, root: Path
+    ws: WorkspaceBackend, root: Path
 ) -> None:
     await ws.write("/charts/2024/03/gmv.png", b"\x89PNG")
     await ws.write("/charts/2024/03/gmv.png", b"\x89PNG2", overwrite=True)
@@ -302,7 +340,7 @@ async def test_write_creates_parents_and_leaves_no_temp_files(
 
 
 async def test_write_is_atomic_when_it_fails_midway(
-    ws: LocalWorkspace, root: Path, monkeypatch: pytest.MonkeyPatch
+    ws: WorkspaceBackend, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await ws.write("/reports/r.md", "original")
 
@@ -318,8 +356,8 @@ async def test_write_is_atomic_when_it_fails_midway(
     assert [p.name for p in (root / "reports").iterdir()] == ["r.md"]
 
 
-async def test_write_limits_and_targets(root: Path) -> None:
-    ws = LocalWorkspace(root, WorkspaceLimits(write_max_bytes=5))
+async def test_write_limits_and_targets(make_ws: MakeWorkspace) -> None:
+    ws = make_ws(WorkspaceLimits(write_max_bytes=5))
     with pytest.raises(FileTooLarge):
         await ws.write("/data/x.csv", "123456")
     with pytest.raises(PathNotAllowed):
@@ -334,7 +372,7 @@ async def test_write_limits_and_targets(root: Path) -> None:
 # ----------------------------------------------------------------------------- editing
 
 
-async def test_edit_exact_unique_replacement(ws: LocalWorkspace) -> None:
+async def test_edit_exact_unique_replacement(ws: WorkspaceBackend) -> None:
     await ws.write("/reports/r.md", "# Title\nGMV fell 10%.\nOrders fell 5%.\n")
     result = await ws.edit("/reports/r.md", "GMV fell 10%", "GMV fell 12%")
     assert result.replacements == 1
@@ -343,7 +381,7 @@ async def test_edit_exact_unique_replacement(ws: LocalWorkspace) -> None:
     )
 
 
-async def test_edit_conflicts(ws: LocalWorkspace) -> None:
+async def test_edit_conflicts(ws: WorkspaceBackend) -> None:
     await ws.write("/reports/r.md", "fell\nfell\nrose\n")
     with pytest.raises(EditConflict, match="not found"):
         await ws.edit("/reports/r.md", "flat", "x")
@@ -358,8 +396,8 @@ async def test_edit_conflicts(ws: LocalWorkspace) -> None:
     assert (await ws.read_bytes("/reports/r.md")) == b"dropped\ndropped\nrose\n"
 
 
-async def test_edit_size_limit_and_binary(root: Path) -> None:
-    ws = LocalWorkspace(root, WorkspaceLimits(edit_max_bytes=10))
+async def test_edit_size_limit_and_binary(make_ws: MakeWorkspace) -> None:
+    ws = make_ws(WorkspaceLimits(edit_max_bytes=10))
     await ws.write("/data/big.txt", "a" * 11)
     with pytest.raises(FileTooLarge):
         await ws.edit("/data/big.txt", "a", "b", replace_all=True)
@@ -371,7 +409,7 @@ async def test_edit_size_limit_and_binary(root: Path) -> None:
 # ----------------------------------------------------------------------------- grep / glob
 
 
-async def test_grep_is_literal_with_line_numbers(ws: LocalWorkspace) -> None:
+async def test_grep_is_literal_with_line_numbers(ws: WorkspaceBackend) -> None:
     await ws.write("/uploads/a.csv", "region,gmv\nEast,10\nabc,1\na.c,2\n")
     matches = await ws.grep("a.c", "/uploads")
     assert [(m.path, m.line_number, m.line) for m in matches] == [("/uploads/a.csv", 4, "a.c,2")]
@@ -380,8 +418,8 @@ async def test_grep_is_literal_with_line_numbers(ws: LocalWorkspace) -> None:
         await ws.grep("")
 
 
-async def test_grep_glob_filter_single_file_and_skips(root: Path) -> None:
-    ws = LocalWorkspace(root, WorkspaceLimits(grep_max_file_bytes=100))
+async def test_grep_glob_filter_single_file_and_skips(make_ws: MakeWorkspace) -> None:
+    ws = make_ws(WorkspaceLimits(grep_max_file_bytes=100))
     await ws.write("/uploads/a.csv", "needle\n")
     await ws.write("/uploads/sub/b.csv", "needle\n")
     await ws.write("/reports/c.md", "needle\n")
@@ -396,15 +434,15 @@ async def test_grep_glob_filter_single_file_and_skips(root: Path) -> None:
     assert await ws.grep("needle", "/charts") == []
 
 
-async def test_grep_match_cap(root: Path) -> None:
-    ws = LocalWorkspace(root, WorkspaceLimits(grep_max_matches=5))
+async def test_grep_match_cap(make_ws: MakeWorkspace) -> None:
+    ws = make_ws(WorkspaceLimits(grep_max_matches=5))
     await ws.write("/data/a.txt", "hit\n" * 20)
     await ws.write("/data/b.txt", "hit\n" * 20)
     assert len(await ws.grep("hit")) == 5
 
 
-async def test_glob_patterns_and_cap(root: Path) -> None:
-    ws = LocalWorkspace(root, WorkspaceLimits(glob_max_results=3))
+async def test_glob_patterns_and_cap(make_ws: MakeWorkspace) -> None:
+    ws = make_ws(WorkspaceLimits(glob_max_results=3))
     for path in ["/uploads/a.csv", "/uploads/b.xlsx", "/uploads/x/c.csv", "/data/d.csv"]:
         await ws.write(path, "1")
     assert [f.path for f in await ws.glob("*.csv", "/uploads")] == ["/uploads/a.csv"]
@@ -425,7 +463,7 @@ async def test_glob_patterns_and_cap(root: Path) -> None:
 # ----------------------------------------------------------------------------- real_path
 
 
-async def test_real_path_for_trusted_callers(ws: LocalWorkspace, root: Path) -> None:
+async def test_real_path_for_trusted_callers(ws: WorkspaceBackend, root: Path) -> None:
     await ws.write("/uploads/sales.csv", "a\n")
     real = await ws.real_path("/uploads/sales.csv")
     assert real == root.resolve() / "uploads" / "sales.csv" and real.read_text() == "a\n"
@@ -471,3 +509,42 @@ def test_sanitize_filename() -> None:
     long = sanitize_filename("a" * 400 + ".csv")
     assert long.endswith(".csv") and len(long.encode()) <= 255
     normalize_virtual_path("/uploads/" + sanitize_filename("we!rd\x00na~me?.csv"))
+
+
+# ----------------------------------------------------------------------------- object storage
+
+
+async def test_s3_listing_shows_only_areas_and_errors_never_name_the_bucket(
+    s3_bucket: tuple[Any, str], tmp_path: Path
+) -> None:
+    client, bucket = s3_bucket
+    ws = S3Workspace(client, bucket, "workspaces/t1", tmp_path / "cache")
+    assert await ws.ls("/") == []
+    await ws.write("/uploads/a.csv", "x")
+    client.put_object(Bucket=bucket, Key="workspaces/t1/tables.duckdb", Body=b"internal")
+    client.put_object(Bucket=bucket, Key="workspaces/t1/junk/x", Body=b"internal")
+    client.put_object(Bucket=bucket, Key="workspaces/t2/uploads/other.csv", Body=b"another conversation")
+    assert [(f.path, f.is_dir) for f in await ws.ls("/")] == [("/uploads", True)]
+    assert [f.path for f in await ws.glob("**/*")] == ["/uploads/a.csv"]
+    with pytest.raises(FileNotFound) as missing:
+        await ws.read("/uploads/other.csv")
+    assert bucket not in str(missing.value) and "workspaces" not in str(missing.value)
+
+
+async def test_s3_real_path_is_a_fresh_local_copy_and_commit_stores_a_written_file(
+    s3_bucket: tuple[Any, str], tmp_path: Path
+) -> None:
+    client, bucket = s3_bucket
+    ws = S3Workspace(client, bucket, "workspaces/t1", tmp_path / "cache")
+    await ws.write("/uploads/sales.csv", "a\n")
+    real = await ws.real_path("/uploads/sales.csv")
+    assert real == tmp_path / "cache" / "uploads" / "sales.csv" and real.read_text() == "a\n"
+    await ws.write("/uploads/sales.csv", "a,b\n", overwrite=True)
+    assert (await ws.real_path("/uploads/sales.csv")).read_text() == "a,b\n"
+    with pytest.raises(FileNotFound):
+        await ws.real_path("/data/out.parquet")
+    target = await ws.real_path("/data/out.parquet", must_exist=False)
+    target.write_bytes(b"PAR1")
+    await ws.commit("/data/out.parquet")
+    stored = client.get_object(Bucket=bucket, Key="workspaces/t1/data/out.parquet")["Body"].read()
+    assert stored == b"PAR1"

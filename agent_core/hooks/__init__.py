@@ -19,13 +19,14 @@ this order (each entry says what it is for):
 7. usage           — count every model call's tokens and cost in the thread's usage, which the
                      budgets read (sub-agents share it: their calls count in their parent's)
 8. telemetry       — record every model and tool call (database)
-9. tracing         — OpenTelemetry spans of model and tool calls (a no-op unless configured)
+9. metrics         — count every model and tool call in this process's Prometheus metrics
+10. tracing        — OpenTelemetry spans of model and tool calls (a no-op unless configured)
 """
 
 from __future__ import annotations
 
 from agent_core.messages import StandardMessage, ToolUseBlock
-from agent_core.model import ModelResponse
+from agent_core.model import ModelResponse, ModelUnavailable
 from agent_core.request import ModelRequest
 from agent_core.run_context import RunContext
 from agent_core.tools.base import ToolResult
@@ -44,6 +45,9 @@ class Hook:
 
     async def after_model(self, response: ModelResponse, ctx: RunContext) -> None:
         """After every model call (usage, metrics)."""
+
+    async def after_model_error(self, error: ModelUnavailable, ctx: RunContext) -> None:
+        """After a model call that failed for good (the SDK's retries included)."""
 
     async def before_tool(self, call: ToolUseBlock, ctx: RunContext) -> ToolResult | None:
         """Return a result to skip running the tool (a refusal, a cached answer)."""

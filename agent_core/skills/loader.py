@@ -438,3 +438,12 @@ def load_skills(dirs: Sequence[Path]) -> SkillCatalog:
     for error in errors:
         logger.error("%s", error.describe())
     return SkillCatalog(skills, errors)
+
+
+def load_skill_catalog(skills_dir: Path | None) -> SkillCatalog:
+    """Bundled skills, then the operator's directory (``BA_SKILLS_DIR``; same name overrides).
+    Light on purpose: `ba-agent skills list` loads this without the model SDK."""
+    catalog = load_skills([bundled_skills_dir(), *([skills_dir] if skills_dir else [])])
+    for error in catalog.errors:
+        logger.error("skill not loaded: %s", error)
+    return catalog

@@ -19,6 +19,7 @@ class CallStats(BaseModel):
     kind: str
     name: str
     calls: int
+    failures: int
     avg_duration_ms: float
     success_rate: float
     input_tokens: int
@@ -30,17 +31,18 @@ class CallStats(BaseModel):
 async def call_stats(
     sessions: async_sessionmaker[AsyncSession], thread_id: str | None = None
 ) -> list[CallStats]:
-    """Per model and per tool: call count, average duration, success rate, tokens."""
+    """Per model and per tool: call count, failed calls, average duration, success rate, tokens."""
     row = CallRecordRow
     # sqlmodel's select() is typed for at most four columns; for more it returns this `Select`,
     # whose constructor cannot infer the row type: it is stated here. The sums are NULL over no
     # rows; AVG is a float or a Decimal, depending on the backend.
     stmt = cast(
-        "Select[str, str, int, Any, Any, int | None, int | None, int | None, int | None]",
+        "Select[str, str, int, int | None, Any, Any, int | None, int | None, int | None, int | None]",
         Select(
             col(row.kind),
             col(row.name),
             func.count(),
+            func.sum(case((col(row.success), 0), else_=1).cast(Integer)),
             func.avg(row.duration_ms),
             func.avg(case((col(row.success), 1), else_=0).cast(Integer)),
             func.sum(row.input_tokens),
@@ -58,6 +60,7 @@ async def call_stats(
             kind=kind,
             name=name,
             calls=calls,
+            failures=int(failed or 0),
             avg_duration_ms=float(avg or 0),
             success_rate=float(ok or 0),
             input_tokens=int(tin or 0),
@@ -65,5 +68,5 @@ async def call_stats(
             cache_read_tokens=int(cr or 0),
             cache_write_tokens=int(cw or 0),
         )
-        for kind, name, calls, avg, ok, tin, tout, cr, cw in rows
+        for kind, name, calls, failed, avg, ok, tin, tout, cr, cw in rows
     ]

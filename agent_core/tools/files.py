@@ -24,10 +24,10 @@ from agent_core.workspace import (
     FileTooLarge,
     GrepMatch,
     InvalidArgument,
-    LocalWorkspace,
     NotAFile,
     NotTextFile,
     PathNotAllowed,
+    WorkspaceBackend,
     WorkspaceError,
     normalize_virtual_path,
     workspace_for,
@@ -61,7 +61,7 @@ def workspace_errors() -> Iterator[None]:
         raise ToolError(str(exc), error_type) from exc
 
 
-def conversation_workspace(deps: RunDeps) -> LocalWorkspace:
+def conversation_workspace(deps: RunDeps) -> WorkspaceBackend:
     """The workspace of the conversation a tool runs in."""
     return workspace_for(deps.data_dir, deps.thread_id)
 

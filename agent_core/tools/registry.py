@@ -230,7 +230,7 @@ class ToolRegistry:
             return tool.Input.model_validate(fields), requested
         except ValidationError as exc:
             raise ToolError(
-                _validation_message(exc), ErrorType.INVALID_PARAMETERS, code="INVALID_INPUT"
+                validation_message(exc), ErrorType.INVALID_PARAMETERS, code="INVALID_INPUT"
             ) from None
 
     async def _run_with_retries(self, tool: Tool[Any], args: BaseModel, ctx: RunContext) -> tuple[Any, int]:
@@ -363,12 +363,13 @@ def _failure(call: ToolUseBlock, error: ToolError, started: float, retries: int 
     )
 
 
-def _validation_message(exc: ValidationError) -> str:
-    """Pydantic's errors as ``field: reason (got value)``, one per problem."""
+def validation_message(exc: ValidationError) -> str:
+    """Pydantic's errors as ``field: reason (got value)``, one per problem, without its
+    "Value error, " prefix or documentation links."""
     problems = []
     for err in exc.errors():
         where = ".".join(str(part) for part in err["loc"]) or "input"
-        problem = f"{where}: {err['msg']}"
+        problem = f"{where}: {str(err['msg']).removeprefix('Value error, ')}"
         if err["type"] != "missing" and err["loc"]:
             problem += f" (got {err['input']!r:.60})"
         problems.append(problem)

@@ -23,7 +23,7 @@ from agent_core.tools.base import ErrorType, Tool, ToolError
 from agent_core.tools.charts import slugify
 from agent_core.tools.files import conversation_workspace, workspace_errors
 from agent_core.tools.sql import query_conversation_data
-from agent_core.workspace import FileAlreadyExists, LocalWorkspace, normalize_virtual_path
+from agent_core.workspace import FileAlreadyExists, WorkspaceBackend, normalize_virtual_path
 
 MAX_TABLE_ROWS = 200
 SUMMARY_CHARS = 300
@@ -313,7 +313,7 @@ class GenerateReportTool(Tool[GenerateReportInput]):
         )
 
 
-async def _save(workspace: LocalWorkspace, stem: str, day: date, content: str) -> tuple[str, int]:
+async def _save(workspace: WorkspaceBackend, stem: str, day: date, content: str) -> tuple[str, int]:
     """Write ``/reports/<stem>-<day>.md``; a second report of the same name and day gets a
     numeric suffix rather than replacing the first (it may already be shared)."""
     base = f"/reports/{stem}-{day.isoformat()}"
@@ -331,7 +331,7 @@ async def _save(workspace: LocalWorkspace, stem: str, day: date, content: str) -
     )
 
 
-async def _existing_chart(workspace: LocalWorkspace, path: str) -> str:
+async def _existing_chart(workspace: WorkspaceBackend, path: str) -> str:
     with workspace_errors():
         vpath = normalize_virtual_path(path)
         if not (vpath.startswith("/charts/") and vpath.lower().endswith(".png")):

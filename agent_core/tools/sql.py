@@ -61,9 +61,13 @@ MAX_SQL_CHARS = 20_000
 __all__ = ["DEFAULT_BYTE_CAP", "DEFAULT_QUERY_TIMEOUT_S", "SourceQueryResult", "governed_source_query"]
 
 
+TABLES_FILE = "tables.duckdb"
+
+
 def conversation_database(deps: RunDeps) -> Path:
-    """The DuckDB file holding a conversation's uploaded tables (outside the agent's view)."""
-    return deps.data_dir / "workspaces" / thread_dir_name(deps.thread_id) / "tables.duckdb"
+    """The DuckDB file holding a conversation's uploaded tables (outside the agent's view; with
+    workspaces in object storage a local copy, fetched at the start of each turn)."""
+    return deps.data_dir / "workspaces" / thread_dir_name(deps.thread_id) / TABLES_FILE
 
 
 def demo_database(deps: RunDeps) -> Path:

@@ -2,7 +2,7 @@
 
 Files are content-addressed -- ``<sha256 prefix>.<ext>`` in the workspace's ``data`` area -- so
 the same data always lands in the same file and repeated calls cost no extra disk. They are
-written through the conversation's `LocalWorkspace` (worker thread, atomic, no symlinks
+written through the conversation's workspace (`workspace_for`) (worker thread, atomic, no symlinks
 followed), i.e. to ``<data_dir>/workspaces/<thread_dir_name(thread_id)>/data/<name>``, and the
 model addresses them by their virtual path ``/data/<name>``.
 """

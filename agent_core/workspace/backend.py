@@ -3,7 +3,7 @@
 Every conversation owns a workspace: the files the user uploaded and the data files, charts and
 reports the agent produced. The model only ever sees *virtual* paths such as
 ``/uploads/sales.csv``; a backend maps them to real storage. Everything in this module is
-backend-independent, so a future object-store backend follows the same rules.
+backend-independent, so the object-store backend (`agent_core.workspace.s3`) follows the same rules.
 
 Virtual path rules (enforced by :func:`normalize_virtual_path`):
 
@@ -313,6 +313,21 @@ class WorkspaceBackend(Protocol):
         """TRUSTED INTERNAL CALLERS ONLY (e.g. DuckDB loading an upload, posting a chart).
 
         The real filesystem location of a virtual path, after the same safety checks as every
-        other method. Never put the result in front of the model.
+        other method. Never put the result in front of the model. On a remote backend it is a
+        local copy; a file written there is kept by `commit`.
         """
+        ...
+
+    async def commit(self, path: str) -> FileInfo:
+        """TRUSTED INTERNAL CALLERS ONLY: keep the file written at ``real_path(path,
+        must_exist=False)`` (a remote backend uploads it; the local one has it already)."""
+        ...
+
+    async def pull_private(self, name: str) -> Path:
+        """TRUSTED INTERNAL CALLERS ONLY: the local path of a server file of the conversation
+        beside the areas (e.g. its uploaded tables), fetched first when a remote copy is newer."""
+        ...
+
+    async def push_private(self, name: str) -> None:
+        """TRUSTED INTERNAL CALLERS ONLY: store that file where other processes find it."""
         ...

@@ -23,7 +23,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import ExitStack, closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from agent_core.workspace.backend import (
     DEFAULT_AREAS,
@@ -38,6 +38,7 @@ from agent_core.workspace.backend import (
     NotTextFile,
     PathNotAllowed,
     ReadResult,
+    WorkspaceBackend,
     WorkspaceLimits,
     normalize_virtual_path,
     split_virtual_path,
@@ -180,6 +181,15 @@ class LocalWorkspace:
 
     async def real_path(self, path: str, *, must_exist: bool = True) -> Path:
         return await self._run(self._real_path, path, must_exist)
+
+    async def commit(self, path: str) -> FileInfo:
+        return await self._run(self._stat, path)  # written in place already
+
+    async def pull_private(self, name: str) -> Path:
+        return self._fs.root / name  # the only copy is here
+
+    async def push_private(self, name: str) -> None:
+        return None
 
     async def _run(self, fn: Callable[..., _T], *args: object) -> _T:
         # All filesystem work happens in a worker thread; the event loop never blocks on disk.
@@ -540,12 +550,34 @@ def thread_dir_name(thread_id: str) -> str:
     return f"{encoded[:60]}~{digest}"
 
 
-def workspace_for(
-    data_dir: Path, thread_id: str, limits: WorkspaceLimits | None = None
-) -> LocalWorkspace:
-    """The workspace of one conversation: ``data_dir/workspaces/<encoded thread id>/``.
+# Where conversation workspaces live in this process: None for the local directory, else the
+# object store's (URL, client), set once at start-up by `use_object_storage` (BA_WORKSPACE_URL).
+_object_storage: tuple[str, Any] | None = None
+
+
+def use_object_storage(url: str | None, endpoint_url: str | None = None) -> None:
+    """Keep conversation workspaces under ``url`` (``s3://bucket/prefix``) from now on in this
+    process; None keeps them in the data directory."""
+    global _object_storage
+    if url is None:
+        _object_storage = None
+        return
+    from agent_core.workspace.s3 import s3_client
+
+    _object_storage = (url, s3_client(endpoint_url))
+
+
+def workspace_for(data_dir: Path, thread_id: str, limits: WorkspaceLimits | None = None) -> WorkspaceBackend:
+    """The workspace of one conversation: ``data_dir/workspaces/<encoded thread id>/``, or its
+    key prefix in the object store (with that folder as its local cache).
 
     Each conversation -- each DM included -- gets its own root, so isolation between users holds
     by construction rather than by access checks.
     """
-    return LocalWorkspace(Path(data_dir) / "workspaces" / thread_dir_name(thread_id), limits)
+    local_root = Path(data_dir) / "workspaces" / thread_dir_name(thread_id)
+    if _object_storage is None:
+        return LocalWorkspace(local_root, limits)
+    from agent_core.workspace.s3 import s3_workspace_for
+
+    url, client = _object_storage
+    return s3_workspace_for(client, url, local_root, thread_id, limits)

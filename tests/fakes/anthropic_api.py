@@ -403,7 +403,8 @@ def _error_envelope(error_type: str, message: str, request_id: str) -> dict[str,
 
 
 class FakeAnthropic(FakeServer):
-    """Fake ``POST /v1/messages`` (streaming and not) and ``POST /v1/messages/count_tokens``.
+    """Fake ``POST /v1/messages`` (streaming and not), ``POST /v1/messages/count_tokens`` and
+    the Models API (``GET /v1/models``, ``GET /v1/models/{model_id}``).
 
     Responses come from the :meth:`script` FIFO, then from the :meth:`respond_with`
     callable; with neither the fake answers HTTP 500 (``x-should-retry: false``, so the
@@ -415,9 +416,19 @@ class FakeAnthropic(FakeServer):
     """
 
     def __init__(
-        self, *, clock: Callable[[], float] = time.monotonic, min_cacheable_tokens: int = 0
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        min_cacheable_tokens: int = 0,
+        api_keys: set[str] | None = None,
+        models: set[str] | None = None,
     ) -> None:
         super().__init__()
+        # As the real API: a key not in `api_keys` gets 401 authentication_error and a model
+        # not in `models` 404 not_found_error, on every endpoint (None: any is accepted).
+        self.api_keys = api_keys
+        self.models = models
+        self.model_requests: list[RecordedRequest] = []  # GET /v1/models[/{id}]
         self.requests: list[RecordedRequest] = []
         self.count_tokens_requests: list[RecordedRequest] = []
         self._queue: deque[Response] = deque()
@@ -469,7 +480,42 @@ class FakeAnthropic(FakeServer):
         return [
             web.post("/v1/messages", self._messages),
             web.post("/v1/messages/count_tokens", self._count_tokens),
+            web.get("/v1/models", self._list_models),
+            web.get("/v1/models/{model_id}", self._retrieve_model),
         ]
+
+    def _rejection(self, recorded: RecordedRequest, model: Any) -> web.Response | None:
+        """The API's 401 for an unknown key, then its 404 for an unknown model."""
+        if self.api_keys is not None and recorded.api_key not in self.api_keys:
+            return self._error(HttpError(401, "authentication_error", "invalid x-api-key", should_retry=False))
+        if self.models is not None and model is not None and model not in self.models:
+            return self._error(HttpError(404, "not_found_error", f"model: {model}", should_retry=False))
+        return None
+
+    @staticmethod
+    def _model_object(model_id: str) -> dict[str, Any]:
+        return {"type": "model", "id": model_id, "display_name": model_id, "created_at": "2025-05-14T00:00:00Z"}
+
+    async def _retrieve_model(self, request: web.Request) -> web.StreamResponse:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        recorded = RecordedRequest(path=request.path, body={}, headers=headers)
+        self.model_requests.append(recorded)
+        model_id = request.match_info["model_id"]
+        if (rejected := self._rejection(recorded, model_id)) is not None:
+            return rejected
+        return web.json_response(self._model_object(model_id), headers=self._id_header())
+
+    async def _list_models(self, request: web.Request) -> web.StreamResponse:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        recorded = RecordedRequest(path=request.path, body={}, headers=headers)
+        self.model_requests.append(recorded)
+        if (rejected := self._rejection(recorded, None)) is not None:
+            return rejected
+        data = [self._model_object(m) for m in sorted(self.models or ())]
+        page = {"data": data, "has_more": False, "first_id": None, "last_id": None}
+        if data:
+            page.update(first_id=data[0]["id"], last_id=data[-1]["id"])
+        return web.json_response(page, headers=self._id_header())
 
     async def _read(self, request: web.Request) -> RecordedRequest | web.Response:
         try:
@@ -494,6 +540,8 @@ class FakeAnthropic(FakeServer):
             return recorded
         self.requests.append(recorded)
         body = recorded.body
+        if (rejected := self._rejection(recorded, body.get("model"))) is not None:
+            return rejected
         if problem := _validation_error(body):
             return self._error(HttpError(400, "invalid_request_error", problem, should_retry=False))
 
