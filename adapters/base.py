@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from agent_core.governance.approval import ApprovalView
     from agent_core.governance.approval_store import StoredApproval
-    from agent_core.monitors.model import AlertView, MonitorAction
+    from agent_core.monitors.model import AlertClick, AlertView, MonitorAction
 
 
 class ConnectionState(StrEnum):
@@ -143,8 +143,9 @@ Handler = Callable[["web.Request"], Awaitable["web.StreamResponse"]]
 # The stored approval of an id (None if unknown): adapters check a click against it.
 LookupApproval = Callable[[str], Awaitable["StoredApproval | None"]]
 # Records a click on a monitor alert's button (alert id, action, user) before the platform is
-# answered; returns the alert as it now reads (None if unknown), for the adapter to show.
-ActOnAlert = Callable[[str, "MonitorAction", str], Awaitable["AlertView | None"]]
+# answered; returns the alert as it now reads and whether this click changed it (None if
+# unknown), for the adapter to show.
+ActOnAlert = Callable[[str, "MonitorAction", str], Awaitable["AlertClick | None"]]
 
 
 @dataclass(frozen=True)
