@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from agent_core.governance.approval import ApprovalView
     from agent_core.governance.approval_store import StoredApproval
     from agent_core.monitors.model import AlertClick, AlertView, MonitorAction
+    from agent_core.thread_context import ThreadContext
 
 
 class ConnectionState(StrEnum):
@@ -114,6 +115,10 @@ class Responder(Protocol):
     def dm_address(self, user: str) -> str | None:
         """The channel to post to for a direct message to `user`, when the platform can address
         a DM by user alone; None when only the DM conversation's own id will do."""
+
+    async def thread_context(self, msg: InboundMessage) -> ThreadContext | None:
+        """The earlier messages of the platform thread `msg` was posted in (that thread of that
+        channel only), oldest first, up to `msg`; None where there is none to fetch."""
 
     async def ask_approval(self, msg: InboundMessage, approval: ApprovalView) -> str | None:
         """Post in `msg`'s thread what the paused query would run (source, tables, estimate,

@@ -37,6 +37,7 @@ from agent_core.messages import (
 from agent_core.retry import backoff_delay_s
 from agent_core.run_context import RunDeps
 from agent_core.store.threads import ThreadStore
+from agent_core.thread_context import render as render_thread_context
 from agent_core.tools.base import ToolResult
 from agent_core.tools.progress import step_title
 from agent_core.tracing import TRACER_NAME
@@ -245,14 +246,35 @@ class Dispatcher:
         await self._withdraw_approvals(thread_id, msg, responder)
         deps = self._run_deps(msg, thread_id)
         notes = await ingest_attachments(responder, msg, deps, self._upload_limits) if msg.attachments else []
+        earlier = await self._earlier_messages(msg, responder, thread_id)
         agent = self._agent
 
         async def turn(observer: TurnObserver) -> TurnResult:
-            message = _user_message(thread_id, msg, notes)
+            message = _user_message(thread_id, msg, notes, earlier)
             return await agent.run_turn(thread_id, message, event_key=msg.dedupe_key, deps=deps, observer=observer)
 
         result = await self._traced(msg, thread_id, responder, delivery_id, turn)
         return await self._reply_or_ask(result, msg, thread_id, responder)
+
+    async def _earlier_messages(self, msg: InboundMessage, responder: Responder, thread_id: str) -> str | None:
+        """The platform thread's earlier messages the model has not seen, rendered as context
+        (`agent_core.thread_context`); None when there are none or they cannot be fetched."""
+        if await self._store.has_event(thread_id, msg.dedupe_key):
+            return None  # a retried turn: its message, with its context, is stored already
+        try:
+            context = await responder.thread_context(msg)
+        except Exception as exc:  # the question is still worth answering without them
+            log.warning("earlier thread messages of %s not fetched: %s", msg.thread, type(exc).__name__)
+            return None
+        if context is None:
+            return None
+        joined = bool(await self._store.history(thread_id))
+        answered = {
+            m.message_id
+            for m in context.messages
+            if await self._store.has_event(thread_id, msg.model_copy(update={"message_id": m.message_id}).dedupe_key)
+        }
+        return await asyncio.to_thread(render_thread_context, context.unseen(joined=joined, answered=answered.__contains__))
 
     async def _traced(
         self,
@@ -365,10 +387,14 @@ def expiry_event(approval: StoredApproval) -> InboundMessage:
     return approval.click("expire", event_id=f"approval-expired:{approval.id}", user=approval.origin.user)
 
 
-def _user_message(thread_id: str, msg: InboundMessage, attachment_notes: list[str]) -> StandardMessage:
+def _user_message(
+    thread_id: str, msg: InboundMessage, attachment_notes: list[str], earlier: str | None = None
+) -> StandardMessage:
     text = msg.text or "(no text)"
     if not msg.is_dm:
         text = f"[from {msg.user_name or msg.user}] {text}"
+    if earlier:
+        text = f"{earlier}\n\n{text}"
     if attachment_notes:
         text += "\n\nFiles shared with this message:\n" + "\n".join(f"- {n}" for n in attachment_notes)
     return StandardMessage(thread_id=thread_id, role=Role.USER, content=[TextBlock(text=text)])

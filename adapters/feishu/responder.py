@@ -33,6 +33,7 @@ from agent_core.i18n import Language, t
 from agent_core.messages import Attachment, InboundMessage, OutboundFile, OutboundReply
 from agent_core.monitors.model import AlertView
 from agent_core.provenance import ENGLISH, Provenance, ProvenanceWords
+from agent_core.thread_context import ThreadContext
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +296,12 @@ class FeishuResponder:
             await self._client.remove_reaction(msg.message_id, reaction_id)
         except FeishuApiError as exc:
             log.info("feishu: could not remove reaction from %s: %s", msg.message_id, exc)
+
+    async def thread_context(self, msg: InboundMessage) -> ThreadContext | None:
+        """The topic so far, or the quoted message (`adapters.feishu.thread_context`)."""
+        from adapters.feishu.thread_context import fetch_thread
+
+        return await fetch_thread(self._client, self._config, msg)
 
     async def resolve_attachments(self, msg: InboundMessage) -> list[Attachment]:
         """The message's files, with a quoted message replaced by the file or image it holds."""

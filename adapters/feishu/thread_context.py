@@ -1,0 +1,61 @@
+"""The Feishu messages before a message, as `agent_core.thread_context.ThreadContext`.
+
+A message in a topic (话题) gets the topic so far (im.v1.message.list by thread, newest pages
+first, bounded); a reply that quotes a message gets the quoted message and the first message of
+its reply chain (im.v1.message.get). Only messages of that chat are read: the ones its members
+see already. Text, rich-text posts and cards become text; files are named.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from adapters.feishu.client import FeishuClient
+from adapters.feishu.config import FeishuConfig
+from adapters.feishu.events import DM_MAIN_ROOT, quoted_message_id, readable
+from agent_core.messages import InboundMessage
+from agent_core.thread_context import AuthorKind, EarlierMessage, ThreadContext
+
+
+async def fetch_thread(client: FeishuClient, config: FeishuConfig, msg: InboundMessage) -> ThreadContext | None:
+    """The messages before ``msg`` in its topic or reply chain; None when it is in neither."""
+    quoted = next((q for a in msg.attachments if (q := quoted_message_id(a)) is not None), None)
+    root = msg.thread.root if msg.thread.root not in (msg.message_id, DM_MAIN_ROOT) else None
+    if quoted is None and root is None:
+        return None
+    items: list[Any] = []
+    left_unread = False
+    if root is not None:
+        first = await client.message(root)
+        if first.thread_id:
+            items, left_unread = await client.thread_messages(first.thread_id)
+        else:
+            items = [first]
+    if quoted is not None and all(item.message_id != quoted for item in items):
+        items.append(await client.message(quoted))
+    items = [i for i in _before(items, msg.message_id) if i.message_id != msg.message_id and i.chat_id in (None, msg.channel)]
+    messages = [_convert(item, config.app_id) for item in items if not item.deleted]
+    return ThreadContext(messages=[m for m in messages if m.text or m.files], not_fetched=1 if left_unread else 0)
+
+
+def _before(items: list[Any], message_id: str) -> list[Any]:
+    """Oldest first, and only what was posted before the message (a topic lists later replies too)."""
+    ordered = sorted(items, key=lambda item: int(item.create_time or 0))
+    ids = [item.message_id for item in ordered]
+    return ordered[: ids.index(message_id)] if message_id in ids else ordered
+
+
+def _convert(item: Any, app_id: str) -> EarlierMessage:
+    sender = item.sender
+    kind: AuthorKind = "person"
+    author = str(getattr(sender, "id", None) or "someone")
+    if sender is not None and sender.sender_type == "app":
+        kind = "self" if sender.id == app_id else "bot"
+    try:
+        content = json.loads(item.body.content if item.body is not None and item.body.content else "{}")
+    except json.JSONDecodeError:
+        content = {}
+    names = {m.key: m.name for m in item.mentions or [] if m.key and m.name}
+    text, files = readable(item.msg_type or "", content if isinstance(content, dict) else {}, names)
+    return EarlierMessage(message_id=str(item.message_id), author=author, kind=kind, text=text, files=files)
