@@ -43,6 +43,7 @@ from agent_core.tools.progress import step_title
 from agent_core.tracing import TRACER_NAME
 from gateway.attachments import ingest_attachments
 from gateway.inbox import Inbox
+from gateway.menu import MenuAnswers
 from gateway.outbound import OutboundLedger
 from gateway.tables import EventStatus, InboundEventRow
 
@@ -97,6 +98,7 @@ class Dispatcher:
         upload_limits: UploadLimits | None = None,
         approvals: ApprovalStore | None = None,
         approval_ttl: timedelta = timedelta(hours=1),
+        menu: MenuAnswers | None = None,
     ) -> None:
         self._inbox = inbox
         self._ledger = ledger
@@ -110,6 +112,7 @@ class Dispatcher:
         self._upload_limits = upload_limits or UploadLimits()
         self._approvals = approvals
         self._approval_ttl = approval_ttl
+        self._menu = menu
         self._process_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -232,6 +235,8 @@ class Dispatcher:
     ) -> OutboundReply | None:
         if msg.approval is not None:
             return await self._decide(msg, msg.approval, responder, delivery_id)
+        if msg.menu is not None:
+            return await self._menu.reply(msg) if self._menu is not None else None
         if msg.is_dm and msg.text.strip().lower() in RESET_COMMANDS:
             await self._store.reset(msg.thread)
             return OutboundReply(text=t(msg.language, "Started a fresh conversation. What would you like to analyse?"))

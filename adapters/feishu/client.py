@@ -149,9 +149,10 @@ class FeishuClient:
     # --- messages ----------------------------------------------------------------------------
 
     async def send_message(
-        self, chat_id: str, msg_type: str, content: dict[str, Any], *, uuid: str | None = None
+        self, chat_id: str, msg_type: str, content: dict[str, Any], *, uuid: str | None = None, to: str = "chat_id"
     ) -> str:
-        """Post a message to a chat; returns its message_id. Same `uuid` within 1 h → sent once."""
+        """Post a message to a chat (or, with ``to="open_id"``, to a user: their chat with the
+        bot); returns its message_id. Same `uuid` within 1 h → sent once."""
 
         def call(option: lark.RequestOption) -> Any:
             body = (
@@ -163,7 +164,7 @@ class FeishuClient:
                 .build()
             )
             request = (
-                CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
+                CreateMessageRequest.builder().receive_id_type(to).request_body(body).build()
             )
             return self._lark.im.v1.message.create(request, option)
 

@@ -398,7 +398,7 @@ class FakeFeishu:
         body, error = await self._begin(request, "message.create")
         if error:
             return error
-        if request.query.get("receive_id_type") != "chat_id":
+        if request.query.get("receive_id_type") not in ("chat_id", "open_id"):
             return web.json_response({"code": 230001, "msg": "unexpected receive_id_type"})
         return self._store_message(body, chat_id=body["receive_id"])
 
