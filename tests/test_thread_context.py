@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent_core.thread_context import CONTEXT_TOKENS, EarlierMessage, ThreadContext, render
 from agent_core.tokens.estimate import TokenCounter
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
@@ -139,7 +141,9 @@ async def test_a_feishu_reply_to_a_text_message_gives_the_model_the_quoted_text(
                 assert "[ou_colleague] 华东 app 渠道 GMV 昨天 0.60M，比预测低 41%" in block
 
 
-async def test_a_mention_in_a_feishu_topic_gives_the_model_the_topic_so_far(tmp_path: Path) -> None:
+@pytest.mark.parametrize("may_list", [True, False])
+async def test_a_mention_in_a_feishu_topic_gives_the_model_the_topic_so_far(tmp_path: Path, may_list: bool) -> None:
+    """Without the scope to list a group's messages, the topic's first message is still given."""
     with FakeFeishu() as feishu:
         async with FakeAnthropic() as anthropic:
             anthropic.script(Reply([text("The alert card says GMV fell.")]))
@@ -153,6 +157,8 @@ async def test_a_mention_in_a_feishu_topic_gives_the_model_the_topic_so_far(tmp_
                                [{"tag": "text", "text": "华东 | 0.60M"}]]}, sender="ou_p1", **topic)  # fmt: skip
             settings = feishu_gateway_settings(f"sqlite:///{tmp_path / 'gw.db'}", tmp_path, anthropic, feishu,
                                                FEISHU_STREAMING_CARDS=False)  # fmt: skip
+            if not may_list:
+                feishu.fail("message.list", code=99991672, msg="Access denied: im:message.group_msg", status=400)
             async with running_gateway(settings) as gw:
                 event = text_event("@_user_1 告警说了什么？", mentions=[bot_mention()], message_id="om_ask",
                                    root_id="om_root", thread_id="omt_1")  # fmt: skip
@@ -160,6 +166,6 @@ async def test_a_mention_in_a_feishu_topic_gives_the_model_the_topic_so_far(tmp_
                 await gw.settled()
                 block = first_user_text(anthropic.requests[0].body).rsplit("\n\n", 1)[0]
                 assert "[ou_colleague] 今天华东的数字有点怪" in block
-                assert f"[cli_alerting (a bot)] [告警] GMV 异常：华东 / app\n{says}" in block
-                assert "[ou_p1] region | gmv\n华东 | 0.60M" in block
+                assert (f"[cli_alerting (a bot)] [告警] GMV 异常：华东 / app\n{says}" in block) is may_list
+                assert ("[ou_p1] region | gmv\n华东 | 0.60M" in block) is may_list
                 assert feishu.calls_to("message.list")[0].query["container_id"] == "omt_1"

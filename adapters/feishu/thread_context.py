@@ -3,19 +3,24 @@
 A message in a topic (话题) gets the topic so far (im.v1.message.list by thread, newest pages
 first, bounded); a reply that quotes a message gets the quoted message and the first message of
 its reply chain (im.v1.message.get). Only messages of that chat are read: the ones its members
-see already. Text, rich-text posts and cards become text; files are named.
+see already. Text, rich-text posts and cards become text; files are named. Listing a group's
+topic needs the scope `im:message.group_msg`; without it only the topic's first message is read.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from adapters.feishu.client import FeishuClient
 from adapters.feishu.config import FeishuConfig
 from adapters.feishu.events import DM_MAIN_ROOT, quoted_message_id, readable
+from adapters.feishu.transport import FeishuApiError
 from agent_core.messages import InboundMessage
 from agent_core.thread_context import AuthorKind, EarlierMessage, ThreadContext
+
+log = logging.getLogger(__name__)
 
 
 async def fetch_thread(client: FeishuClient, config: FeishuConfig, msg: InboundMessage) -> ThreadContext | None:
@@ -28,10 +33,12 @@ async def fetch_thread(client: FeishuClient, config: FeishuConfig, msg: InboundM
     left_unread = False
     if root is not None:
         first = await client.message(root)
+        items = [first]
         if first.thread_id:
-            items, left_unread = await client.thread_messages(first.thread_id)
-        else:
-            items = [first]
+            try:
+                items, left_unread = await client.thread_messages(first.thread_id)
+            except FeishuApiError as exc:  # e.g. no im:message.group_msg: the topic's first message only
+                log.info("feishu: topic %s not listed: %s", first.thread_id, exc)
     if quoted is not None and all(item.message_id != quoted for item in items):
         items.append(await client.message(quoted))
     items = [i for i in _before(items, msg.message_id) if i.message_id != msg.message_id and i.chat_id in (None, msg.channel)]
