@@ -15,7 +15,7 @@ from typing import Any
 
 from adapters.feishu.client import FeishuClient
 from adapters.feishu.config import FeishuConfig
-from adapters.feishu.events import DM_MAIN_ROOT, quoted_message_id, readable
+from adapters.feishu.events import quoted_message_id, readable
 from adapters.feishu.transport import FeishuApiError
 from agent_core.messages import InboundMessage
 from agent_core.thread_context import AuthorKind, EarlierMessage, ThreadContext
@@ -25,8 +25,11 @@ log = logging.getLogger(__name__)
 
 async def fetch_thread(client: FeishuClient, config: FeishuConfig, msg: InboundMessage) -> ThreadContext | None:
     """The messages before ``msg`` in its topic or reply chain; None when it is in neither."""
+    if msg.scheduled_run is not None:
+        return None  # nobody asked in the thread: a report runs on its prompt alone
     quoted = next((q for a in msg.attachments if (q := quoted_message_id(a)) is not None), None)
-    root = msg.thread.root if msg.thread.root not in (msg.message_id, DM_MAIN_ROOT) else None
+    # A topic's or reply chain's first message (a menu click's or a DM's root is no message).
+    root = msg.thread.root if msg.thread.root.startswith("om_") and msg.thread.root != msg.message_id else None
     if quoted is None and root is None:
         return None
     items: list[Any] = []
