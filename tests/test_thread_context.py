@@ -84,6 +84,9 @@ async def test_a_mention_in_a_long_thread_gives_the_model_the_alert_and_the_disc
             assert "(23) I think" in block and "(0) I think" not in block
             assert TokenCounter().text(block) <= CONTEXT_TOKENS
             assert "not context" not in block
+            # Read from this channel's thread only, up to the question.
+            [fetch] = [c for c in slack.calls_to("conversations.replies") if "latest" in c.params]
+            assert (fetch.params["channel"], fetch.params["ts"], fetch.params["latest"]) == (CHANNEL, root, ask["ts"])
             [answer] = [p for p in slack.posted(channel=CHANNEL) if p.get("markdown_text")]
             assert answer["thread_ts"] == root
 
