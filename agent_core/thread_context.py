@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 MAX_MESSAGE_CHARS = 4000
 CONTEXT_TOKENS = 6000
 _TAG = "earlier_thread_messages"
+_NOTE_TOKENS = 200  # kept for the tags and the note on what was left out
 
 AuthorKind = Literal["person", "bot", "self"]  # "self": this bot's own earlier post
 
@@ -70,7 +71,7 @@ def render(context: ThreadContext | None, count_tokens: Callable[[str], int] | N
         count_tokens = TokenCounter().text
     count = count_tokens
     lines = [_line(m) for m in context.messages]
-    budget = CONTEXT_TOKENS - count(_HEADER) - 50
+    budget = CONTEXT_TOKENS - count(_HEADER) - _NOTE_TOKENS
     first, rest = lines[0], lines[1:]
     budget -= count(first)
     kept: list[str] = []

@@ -37,11 +37,11 @@ from agent_core.messages import (
 from agent_core.retry import backoff_delay_s
 from agent_core.run_context import RunDeps
 from agent_core.store.threads import ThreadStore
-from agent_core.thread_context import render as render_thread_context
 from agent_core.tools.base import ToolResult
 from agent_core.tools.progress import step_title
 from agent_core.tracing import TRACER_NAME
 from gateway.attachments import ingest_attachments
+from gateway.earlier_messages import earlier_messages
 from gateway.inbox import Inbox
 from gateway.menu import MenuAnswers
 from gateway.outbound import OutboundLedger
@@ -251,7 +251,7 @@ class Dispatcher:
         await self._withdraw_approvals(thread_id, msg, responder)
         deps = self._run_deps(msg, thread_id)
         notes = await ingest_attachments(responder, msg, deps, self._upload_limits) if msg.attachments else []
-        earlier = await self._earlier_messages(msg, responder, thread_id)
+        earlier = await earlier_messages(self._store, responder, msg, thread_id)
         agent = self._agent
 
         async def turn(observer: TurnObserver) -> TurnResult:
@@ -260,26 +260,6 @@ class Dispatcher:
 
         result = await self._traced(msg, thread_id, responder, delivery_id, turn)
         return await self._reply_or_ask(result, msg, thread_id, responder)
-
-    async def _earlier_messages(self, msg: InboundMessage, responder: Responder, thread_id: str) -> str | None:
-        """The platform thread's earlier messages the model has not seen, rendered as context
-        (`agent_core.thread_context`); None when there are none or they cannot be fetched."""
-        if await self._store.has_event(thread_id, msg.dedupe_key):
-            return None  # a retried turn: its message, with its context, is stored already
-        try:
-            context = await responder.thread_context(msg)
-        except Exception as exc:  # the question is still worth answering without them
-            log.warning("earlier thread messages of %s not fetched: %s", msg.thread, type(exc).__name__)
-            return None
-        if context is None:
-            return None
-        joined = bool(await self._store.history(thread_id))
-        answered = {
-            m.message_id
-            for m in context.messages
-            if await self._store.has_event(thread_id, msg.model_copy(update={"message_id": m.message_id}).dedupe_key)
-        }
-        return await asyncio.to_thread(render_thread_context, context.unseen(joined=joined, answered=answered.__contains__))
 
     async def _traced(
         self,

@@ -449,7 +449,9 @@ def attachments_of(config: FeishuConfig, message_id: str, message_type: str, con
     return []
 
 
-def readable(message_type: str, content: dict[str, Any], mention_names: dict[str, str]) -> tuple[str, list[str]]:
+def readable(
+    config: FeishuConfig, message_type: str, content: dict[str, Any], mention_names: dict[str, str]
+) -> tuple[str, list[str]]:
     """What a person sees in a stored message (text, post, card, file), as text, and the names of
     its files: for the earlier messages of a thread (`adapters.feishu.thread_context`)."""
     placeholder = _Message(message_id="", create_time=0, chat_id="", chat_type="", message_type=message_type)
@@ -464,7 +466,7 @@ def readable(message_type: str, content: dict[str, Any], mention_names: dict[str
             lines.append(str(post["title"]).strip())
         for paragraph in post.get("content") or []:
             if isinstance(paragraph, list):
-                lines.append("".join(_render_post_element(placeholder, e, attachments, _NO_CONFIG, "")
+                lines.append("".join(_render_post_element(placeholder, e, attachments, config, "")
                                      for e in paragraph if isinstance(e, dict)))  # fmt: skip
         text = _PLACEHOLDER.sub(lambda m: f"@{mention_names.get(m.group(1), m.group(1))}{m.group(2)}", "\n".join(lines))
         return text.strip(), [a.name for a in attachments]
@@ -475,13 +477,6 @@ def readable(message_type: str, content: dict[str, Any], mention_names: dict[str
     if message_type == "image":
         return "", ["image"]
     return "", []
-
-
-class _NoConfig:
-    domain = ""  # file links are not needed for a thread's text
-
-
-_NO_CONFIG: Any = _NoConfig()
 
 
 def _card_strings(node: Any, depth: int) -> list[str]:

@@ -45,7 +45,7 @@ async def fetch_thread(client: FeishuClient, config: FeishuConfig, msg: InboundM
     if quoted is not None and all(item.message_id != quoted for item in items):
         items.append(await client.message(quoted))
     items = [i for i in _before(items, msg.message_id) if i.message_id != msg.message_id and i.chat_id in (None, msg.channel)]
-    messages = [_convert(item, config.app_id) for item in items if not item.deleted]
+    messages = [_convert(item, config) for item in items if not item.deleted]
     return ThreadContext(messages=[m for m in messages if m.text or m.files], not_fetched=1 if left_unread else 0)
 
 
@@ -56,16 +56,16 @@ def _before(items: list[Any], message_id: str) -> list[Any]:
     return ordered[: ids.index(message_id)] if message_id in ids else ordered
 
 
-def _convert(item: Any, app_id: str) -> EarlierMessage:
+def _convert(item: Any, config: FeishuConfig) -> EarlierMessage:
     sender = item.sender
     kind: AuthorKind = "person"
     author = str(getattr(sender, "id", None) or "someone")
     if sender is not None and sender.sender_type == "app":
-        kind = "self" if sender.id == app_id else "bot"
+        kind = "self" if sender.id == config.app_id else "bot"
     try:
         content = json.loads(item.body.content if item.body is not None and item.body.content else "{}")
     except json.JSONDecodeError:
         content = {}
     names = {m.key: m.name for m in item.mentions or [] if m.key and m.name}
-    text, files = readable(item.msg_type or "", content if isinstance(content, dict) else {}, names)
+    text, files = readable(config, item.msg_type or "", content if isinstance(content, dict) else {}, names)
     return EarlierMessage(message_id=str(item.message_id), author=author, kind=kind, text=text, files=files)
