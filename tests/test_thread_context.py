@@ -172,3 +172,20 @@ async def test_a_mention_in_a_feishu_topic_gives_the_model_the_topic_so_far(tmp_
                 assert (f"[cli_alerting (a bot)] [告警] GMV 异常：华东 / app\n{says}" in block) is may_list
                 assert ("[ou_p1] region | gmv\n华东 | 0.60M" in block) is may_list
                 assert feishu.calls_to("message.list")[0].query["container_id"] == "omt_1"
+
+
+async def test_a_long_slack_thread_is_read_page_by_page() -> None:
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from adapters.slack.thread_context import PAGE, fetch_thread
+
+    async with FakeSlack(bot_token="xoxb-test", bot_user_id="UBOT", team_id="T1") as slack:
+        root = slack.add_message(CHANNEL, "the start", "U0ROOT")["ts"]
+        for n in range(PAGE + 50):
+            slack.add_message(CHANNEL, f"reply {n}", "U0P", thread_ts=root)
+        ask = slack.add_message(CHANNEL, "<@UBOT> so?", "U0ASK", thread_ts=root)
+        web = AsyncWebClient(token="xoxb-test", base_url=slack.base_url)
+        context = await fetch_thread(web, CHANNEL, root, ask["ts"], "UBOT", "B1")
+        assert len(slack.calls_to("conversations.replies")) == 2
+        assert [m.text for m in context.messages] == ["the start", *(f"reply {n}" for n in range(PAGE + 50))]
+        assert context.not_fetched == 0

@@ -11,9 +11,14 @@ files.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from slack_sdk.errors import SlackApiError
+
 from agent_core.thread_context import AuthorKind, EarlierMessage, ThreadContext
+
+log = logging.getLogger(__name__)
 
 PAGE = 200  # conversations.replies' page size (Slack's maximum is 1000; 200 is its advice)
 MAX_PAGES = 10  # a longer thread's oldest replies after its first message are not fetched
@@ -27,9 +32,16 @@ async def fetch_thread(web: Any, channel: str, root: str, before: str, bot_user_
     cursor: str | None = None
     pages = 0
     while True:
-        response = await web.conversations_replies(
-            channel=channel, ts=root, latest=before, inclusive=False, limit=PAGE, cursor=cursor
-        )
+        try:
+            response = await web.conversations_replies(
+                channel=channel, ts=root, latest=before, inclusive=False, limit=PAGE, cursor=cursor
+            )
+        except SlackApiError as exc:
+            if not raw:
+                raise
+            # A later page refused (e.g. rate-limited): the pages read so far still help.
+            log.info("slack conversations.replies stopped after %d messages: %s", len(raw), exc.response.get("error"))
+            break
         raw += [m for m in response.get("messages") or [] if isinstance(m, dict)]
         pages += 1
         cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
