@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
     from agent_core.governance.approval import ApprovalView
     from agent_core.governance.approval_store import StoredApproval
-    from agent_core.monitors.model import AlertView, MonitorAction
+    from agent_core.monitors.model import AlertClick, AlertView, MonitorAction
+    from agent_core.thread_context import ThreadContext
 
 
 class ConnectionState(StrEnum):
@@ -132,6 +133,10 @@ class Responder(Protocol):
         """The channel to post to for a direct message to `user`, when the platform can address
         a DM by user alone; None when only the DM conversation's own id will do."""
 
+    async def thread_context(self, msg: InboundMessage) -> ThreadContext | None:
+        """The earlier messages of the platform thread `msg` was posted in (that thread of that
+        channel only), oldest first, up to `msg`; None where there is none to fetch."""
+
     async def ask_approval(self, msg: InboundMessage, approval: ApprovalView) -> str | None:
         """Post in `msg`'s thread what the paused query would run (source, tables, estimate,
         the SQL collapsed) with Approve / Reject buttons whose clicks name `approval.id`;
@@ -160,8 +165,9 @@ Handler = Callable[["web.Request"], Awaitable["web.StreamResponse"]]
 # The stored approval of an id (None if unknown): adapters check a click against it.
 LookupApproval = Callable[[str], Awaitable["StoredApproval | None"]]
 # Records a click on a monitor alert's button (alert id, action, user) before the platform is
-# answered; returns the alert as it now reads (None if unknown), for the adapter to show.
-ActOnAlert = Callable[[str, "MonitorAction", str], Awaitable["AlertView | None"]]
+# answered; returns the alert as it now reads and whether this click changed it (None if
+# unknown), for the adapter to show.
+ActOnAlert = Callable[[str, "MonitorAction", str], Awaitable["AlertClick | None"]]
 
 
 @dataclass(frozen=True)

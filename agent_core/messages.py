@@ -153,6 +153,9 @@ class InboundMessage(BaseModel):
     # Set on a scheduled run (a report: "report:<schedule id>"): nobody asks live, `user` is
     # its creator, whose access limits the run on top of where it posts (agent_core.governance).
     scheduled_run: str | None = None
+    # Set on a choice from the platform's bot menu ("new_analysis", "my_monitors",
+    # "my_reports"; `text` is empty): the gateway answers it without the model.
+    menu: str | None = None
 
     @property
     def language(self) -> Language:

@@ -42,7 +42,9 @@ from agent_core.tools.base import ToolResult
 from agent_core.tools.progress import step_title
 from agent_core.tracing import TRACER_NAME
 from gateway.attachments import fetch_conversation_tables, ingest_attachments
+from gateway.earlier_messages import earlier_messages
 from gateway.inbox import Inbox
+from gateway.menu import MenuAnswers
 from gateway.metrics import TURN_DURATION
 from gateway.outbound import OutboundLedger
 from gateway.tables import EventStatus, InboundEventRow
@@ -98,6 +100,7 @@ class Dispatcher:
         upload_limits: UploadLimits | None = None,
         approvals: ApprovalStore | None = None,
         approval_ttl: timedelta = timedelta(hours=1),
+        menu: MenuAnswers | None = None,
     ) -> None:
         self._inbox = inbox
         self._ledger = ledger
@@ -111,6 +114,7 @@ class Dispatcher:
         self._upload_limits = upload_limits or UploadLimits()
         self._approvals = approvals
         self._approval_ttl = approval_ttl
+        self._menu = menu
         self._process_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -233,6 +237,8 @@ class Dispatcher:
     ) -> OutboundReply | None:
         if msg.approval is not None:
             return await self._decide(msg, msg.approval, responder, delivery_id)
+        if msg.menu is not None:
+            return await self._menu.reply(msg) if self._menu is not None else None
         if msg.is_dm and msg.text.strip().lower() in RESET_COMMANDS:
             await self._store.reset(msg.thread)
             return OutboundReply(text=t(msg.language, "Started a fresh conversation. What would you like to analyse?"))
@@ -248,10 +254,11 @@ class Dispatcher:
         deps = self._run_deps(msg, thread_id)
         await fetch_conversation_tables(deps)
         notes = await ingest_attachments(responder, msg, deps, self._upload_limits) if msg.attachments else []
+        earlier = await earlier_messages(self._store, responder, msg, thread_id)
         agent = self._agent
 
         async def turn(observer: TurnObserver) -> TurnResult:
-            message = _user_message(thread_id, msg, notes)
+            message = _user_message(thread_id, msg, notes, earlier)
             return await agent.run_turn(thread_id, message, event_key=msg.dedupe_key, deps=deps, observer=observer)
 
         result = await self._traced(msg, thread_id, responder, delivery_id, turn)
@@ -374,10 +381,14 @@ def expiry_event(approval: StoredApproval) -> InboundMessage:
     return approval.click("expire", event_id=f"approval-expired:{approval.id}", user=approval.origin.user)
 
 
-def _user_message(thread_id: str, msg: InboundMessage, attachment_notes: list[str]) -> StandardMessage:
+def _user_message(
+    thread_id: str, msg: InboundMessage, attachment_notes: list[str], earlier: str | None = None
+) -> StandardMessage:
     text = msg.text or "(no text)"
     if not msg.is_dm:
         text = f"[from {msg.user_name or msg.user}] {text}"
+    if earlier:
+        text = f"{earlier}\n\n{text}"
     if attachment_notes:
         text += "\n\nFiles shared with this message:\n" + "\n".join(f"- {n}" for n in attachment_notes)
     return StandardMessage(thread_id=thread_id, role=Role.USER, content=[TextBlock(text=text)])

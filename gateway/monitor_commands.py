@@ -105,6 +105,11 @@ def describe(run: MonitorRun, *, posted: bool) -> str:
         return f"{run.monitor}: no value for the latest complete period yet; nothing judged"
     verdict = "anomalous" if run.anomalous else "normal"
     head = f"{run.monitor}: {run.period} is {verdict}"
+    if run.replay_of is not None:
+        head += f"; replay of an earlier period: state unchanged (last judged {run.replay_of}), nothing posted"
+        if run.alert is None:
+            return head
+        return f"{head}; as the latest run it would have posted an alert:\n{run.alert.markdown()}"
     if run.muted:
         return f"{head}; muted, nothing posted"
     if run.posted is None:

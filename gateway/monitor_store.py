@@ -18,6 +18,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.monitors.model import (
+    AlertClick,
     AlertStatus,
     AlertView,
     Monitor,
@@ -103,16 +104,16 @@ class MonitorStore:
             row = await session.get(MonitorAlertRow, alert_id)
         return None if row is None else AlertView.model_validate_json(row.view)
 
-    async def act(self, alert_id: str, action: MonitorAction, user: str, now: datetime) -> AlertView | None:
+    async def act(self, alert_id: str, action: MonitorAction, user: str, now: datetime) -> AlertClick | None:
         """Record a click on an alert's buttons, committed before the platform is answered;
-        the alert as it now reads (None: unknown). A second click changes nothing."""
+        the alert as it now reads (None: unknown). A second click changes nothing, and says so."""
         async with self._sessions() as session:
             row = await session.get(MonitorAlertRow, alert_id, with_for_update=True)
             if row is None:
                 return None
             view = AlertView.model_validate_json(row.view)
             if view.status is not AlertStatus.OPEN:
-                return view
+                return AlertClick(view, changed=False)
             if action is MonitorAction.MUTE:
                 view.status, view.muted_until = AlertStatus.MUTED, now + MUTE_FOR
                 state = await session.get(MonitorStateRow, view.monitor) or MonitorStateRow(name=view.monitor)
@@ -124,4 +125,4 @@ class MonitorStore:
             row.view = view.model_dump_json()
             session.add(row)
             await session.commit()
-        return view
+        return AlertClick(view, changed=True)

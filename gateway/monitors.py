@@ -9,7 +9,11 @@ target channel and compares the verdict with the previous run's:
 - anomalous now, not before: an onset. One alert is posted (`Responder.post_alert`) unless
   the monitor is muted; while the episode lasts, later runs post nothing;
 - not anomalous now, anomalous before: the recovery is noted in the alert's thread;
-- a muted monitor keeps its state but posts nothing until the mute ends.
+- a muted monitor keeps its state but posts nothing until the mute ends;
+- a run for an earlier period than the last one judged (a replay, `ba-agent monitors run
+  --at` a past day) posts nothing and leaves the state alone: it would otherwise note a
+  recovery under the current alert and let the next scheduled run alert a second time. It
+  says what it would have posted had it been the latest run.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from adapters.base import ActOnAlert, Responder
 from agent_core.config import AgentConfig
 from agent_core.i18n import t
 from agent_core.messages import OutboundReply, new_id, utcnow
-from agent_core.monitors.model import AlertView, Monitor, MonitorAction
+from agent_core.monitors.model import AlertClick, AlertView, Monitor, MonitorAction
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.tools.schedule_model import parse_schedule
 from gateway.cron import RunOnceCron
@@ -59,6 +63,9 @@ class MonitorRun(BaseModel):
     posted: Literal["alert", "recovery"] | None = None
     muted: bool = False
     alert: AlertView | None = None
+    # The period judged is earlier than the state's last one: nothing was posted or remembered,
+    # and ``posted`` / ``alert`` say what the run would have posted for that period alone.
+    replay_of: str | None = None  # the state's last period, when this run was a replay
 
 
 class MonitorRunner:
@@ -99,6 +106,14 @@ class MonitorRunner:
         run = MonitorRun(
             monitor=name, period=evaluation.period.start.isoformat(), anomalous=evaluation.anomalous, muted=muted
         )
+        if run.period is not None and state.last_period is not None and run.period < state.last_period:
+            # ISO dates compare as strings. The episode belongs to the latest period.
+            run.replay_of = state.last_period
+            if evaluation.anomalous:
+                chart_dir = self._config.data_dir / "monitors" / name
+                run.alert = await build_alert(new_id()[:16], monitor, evaluation, cubes, ctx, chart_dir)
+                run.posted = "alert"
+            return run
         if evaluation.anomalous and not state.anomalous and not muted:
             chart_dir = self._config.data_dir / "monitors" / name
             run.alert = await build_alert(new_id()[:16], monitor, evaluation, cubes, ctx, chart_dir)
@@ -207,7 +222,7 @@ class MonitorJobs:
 def alert_actions(store: MonitorStore, clock: Callable[[], datetime] = utcnow) -> ActOnAlert:
     """The click handler adapters get (`adapters.base.ActOnAlert`)."""
 
-    async def act(alert_id: str, action: MonitorAction, user: str) -> AlertView | None:
+    async def act(alert_id: str, action: MonitorAction, user: str) -> AlertClick | None:
         return await store.act(alert_id, action, user, clock())
 
     return act

@@ -123,6 +123,7 @@ class Runtime:
     def start_dispatcher(self) -> None:
         from agent_core.data.upload_limits import UploadLimits
         from gateway.dispatcher import Dispatcher
+        from gateway.menu import MenuAnswers
 
         self.agent = self.build_agent()
         self._checkpointer = asyncio.create_task(sqlite_checkpointer(self.engine))
@@ -139,6 +140,7 @@ class Runtime:
             upload_limits=UploadLimits(max_bytes=self.settings.max_upload_mb * 1024**2),
             approvals=self.approvals,
             approval_ttl=timedelta(minutes=self.settings.approval_ttl_minutes),
+            menu=MenuAnswers(self.store, self.monitors, self.schedules),
         )
         self.dispatcher.start()
 

@@ -172,7 +172,7 @@ async def test_a_muted_monitor_posts_nothing_for_seven_days(
     await store.save_alert(earlier)
     clicked = datetime(muted_on.year, muted_on.month, muted_on.day, tzinfo=UTC)
     muted = await store.act("earlier", MonitorAction.MUTE, "U9", clicked)
-    assert muted is not None and muted.acted_by == "U9"
+    assert muted is not None and muted.alert.acted_by == "U9"
     out = io.StringIO()
     config = AgentConfig(model="m", data_dir=tmp_path / "data")
     runner = MonitorRunner(store, {"console": ConsoleResponder(out)}, config, sessions)

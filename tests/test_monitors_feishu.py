@@ -131,6 +131,7 @@ async def test_an_alert_card_is_acknowledged_with_its_button_and_its_recovery_no
                 assert status == 200 and late["toast"]["type"] == "warning"
                 assert late["toast"]["content"] == "Already done: someone else acknowledged this alert."
                 assert "Acknowledged by" in shown(alert.shown)  # the latecomer muted nothing
+                assert len(alert.updates) == 1  # …nor re-sent the card unchanged
                 assert (await gw.runtime.monitors.state(MONITOR)).muted_until is None
 
                 assert await run_at(gw, MONITOR, 24)  # judges 2026-10-23: recovered

@@ -21,6 +21,7 @@ import pytest
 from adapters.slack.alerts import ACKNOWLEDGE_ACTION, MUTE_ACTION
 from agent_core.data.demo import DEMO_ANOMALIES
 from gateway.migrate import upgrade
+from gateway.monitor_commands import describe
 from gateway.monitors import monitor_job_id
 from gateway.platforms import build_platforms
 from gateway.runtime import Runtime
@@ -115,6 +116,43 @@ async def test_a_drop_alerts_once_with_its_root_cause_and_its_recovery_is_noted(
             assert buttons(acknowledged) == [] and f"Acknowledged by <@{ANALYST}>" in json.dumps(acknowledged["blocks"])
             assert await click(gw, ACKNOWLEDGE_ACTION, ANALYST, on=alert) == 200  # a double click changes nothing
             assert slack.ephemerals == []
+            assert await click(gw, MUTE_ACTION, OPS, on=alert) == 200  # a later click is told privately…
+            assert "Acknowledged by" in slack.ephemerals[0]["text"]
+            assert len(slack.calls_to("chat.update")) == 1  # …and re-sends nothing
+
+
+async def test_a_replayed_earlier_day_leaves_the_episode_alone(monitors_file: Path, tmp_path: Path) -> None:
+    async with FakeAnthropic() as anthropic, FakeSlack(bot_token="xoxb-test", bot_user_id="UBOT", team_id="T1") as slack:
+        settings = gateway_settings(
+            f"sqlite:///{tmp_path / 'gw.db'}", tmp_path, anthropic, slack, BA_MONITORS_FILE=str(monitors_file)
+        )
+        async with running_gateway(settings) as gw:
+            assert await run_at(gw, 21)  # the alert for 2026-10-20
+            [alert] = alerts(slack)
+            state = await gw.runtime.monitors.state(MONITOR)
+
+            # `ba-agent monitors run gmv-by-region --at 2026-10-15T09:00+08:00`: a normal day.
+            replay = await gw.runtime.monitor_jobs.runner.run(MONITOR, morning(15))
+            assert describe(replay, posted=True) == (
+                f"{MONITOR}: 2026-10-14 is normal; replay of an earlier period: state unchanged "
+                "(last judged 2026-10-20), nothing posted"
+            )
+            assert [p for p in slack.posted(channel=CHANNEL, thread_ts=alert["ts"]) if not p.get("files")] == []
+            assert await gw.runtime.monitors.state(MONITOR) == state
+
+            assert await run_at(gw, 22)  # the drop goes on: still one alert
+            assert len(alerts(slack)) == 1
+            assert await run_at(gw, 24)  # judges 2026-10-23: the recovery noted once, on its day
+            [note] = [p for p in slack.posted(channel=CHANNEL, thread_ts=alert["ts"]) if not p.get("files")]
+            assert "2026-10-23" in note["markdown_text"]
+
+            # Replaying the anomalous day after the episode ended alerts nobody a second time.
+            again = await gw.runtime.monitor_jobs.runner.run(MONITOR, morning(21))
+            assert again.replay_of == "2026-10-23" and len(alerts(slack)) == 1
+            shown = describe(again, posted=True)
+            assert shown.startswith(f"{MONITOR}: 2026-10-20 is anomalous; replay of an earlier period: state unchanged")
+            assert "as the latest run it would have posted an alert:\n**gmv dropped (region=East China) on 2026-10-20" in shown
+            assert not (await gw.runtime.monitors.state(MONITOR)).anomalous
 
 
 async def test_mute_silences_the_monitor_for_seven_days(monitors_file: Path, tmp_path: Path) -> None:

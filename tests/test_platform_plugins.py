@@ -92,6 +92,9 @@ class PagerResponder:
     def dm_address(self, user: str) -> str | None:
         return None
 
+    async def thread_context(self, msg: InboundMessage) -> None:
+        return None
+
 
 class PagerAdapter:
     def __init__(self, settings: PagerSettings, services: GatewayServices) -> None:

@@ -138,6 +138,9 @@ class ConsoleResponder:
     def dm_address(self, user: str) -> str | None:
         return user  # the terminal is the user's DM
 
+    async def thread_context(self, msg: InboundMessage) -> None:
+        return None  # the terminal is one conversation the bot sees whole
+
     async def resolve_attachments(self, msg: InboundMessage) -> list[Attachment]:
         return msg.attachments
 

@@ -142,13 +142,14 @@ class CardActions:
 
     async def _alert_click(self, click: AlertCardClick, transport: str) -> dict[str, Any]:
         """Record the click before Feishu gets its answer, then show who acted on the card."""
-        alert = None
+        acted = None
         if self.monitor_actions is not None:
-            alert = await self.monitor_actions(click.alert_id, click.action, click.user)
-        log.info("feishu %s: alert click on %s: %s", transport, click.alert_id, "recorded" if alert else "unknown alert")
-        if alert is None or alert.platform != PLATFORM:
+            acted = await self.monitor_actions(click.alert_id, click.action, click.user)
+        log.info("feishu %s: alert click on %s: %s", transport, click.alert_id, "recorded" if acted else "unknown alert")
+        if acted is None or acted.alert.platform != PLATFORM:
             return _toast("warning", t(Language.EN, "This alert is no longer known."))
-        if self.show_alert is not None:
+        alert = acted.alert
+        if self.show_alert is not None and acted.changed:  # a later click leaves the card as it reads
             await self.show_alert(alert)
         return alert_reply(alert, click.user)
 

@@ -42,6 +42,8 @@ from lark_oapi.api.im.v1 import (
     DeleteMessageReactionRequest,
     Emoji,
     GetMessageRequest,
+    ListMessageRequest,
+    Message,
     PatchMessageRequest,
     PatchMessageRequestBody,
     ReplyMessageRequest,
@@ -151,9 +153,10 @@ class FeishuClient:
     # --- messages ----------------------------------------------------------------------------
 
     async def send_message(
-        self, chat_id: str, msg_type: str, content: dict[str, Any], *, uuid: str | None = None
+        self, chat_id: str, msg_type: str, content: dict[str, Any], *, uuid: str | None = None, to: str = "chat_id"
     ) -> str:
-        """Post a message to a chat; returns its message_id. Same `uuid` within 1 h → sent once."""
+        """Post a message to a chat (or, with ``to="open_id"``, to a user: their chat with the
+        bot); returns its message_id. Same `uuid` within 1 h → sent once."""
 
         def call(option: lark.RequestOption) -> Any:
             body = (
@@ -165,7 +168,7 @@ class FeishuClient:
                 .build()
             )
             request = (
-                CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
+                CreateMessageRequest.builder().receive_id_type(to).request_body(body).build()
             )
             return self._lark.im.v1.message.create(request, option)
 
@@ -188,6 +191,44 @@ class FeishuClient:
         except json.JSONDecodeError:
             content = {}
         return item.msg_type or "", content if isinstance(content, dict) else {}
+
+    async def message(self, message_id: str) -> Message:
+        """One message as im.v1.message.get returns it (sender, thread, body)."""
+
+        def call(option: lark.RequestOption) -> Any:
+            return self._lark.im.v1.message.get(GetMessageRequest.builder().message_id(message_id).build(), option)
+
+        response = await self._transport.call("im.message.get", self._sdk(call))
+        items = response.data.items or []
+        if not items:
+            raise FeishuApiError("im.message.get", 230001, f"message {message_id} not found")
+        return items[0]
+
+    async def thread_messages(self, thread_id: str, *, page_size: int = 50, max_pages: int = 4) -> tuple[list[Message], bool]:
+        """The newest messages of a topic (im.v1.message.list by thread), oldest first, and
+        whether older ones were left unread."""
+        found: list[Message] = []
+        token: str | None = None
+        for _ in range(max_pages):
+
+            def call(option: lark.RequestOption, token: str | None = token) -> Any:
+                builder = (
+                    ListMessageRequest.builder()
+                    .container_id_type("thread")
+                    .container_id(thread_id)
+                    .sort_type("ByCreateTimeDesc")
+                    .page_size(page_size)
+                )
+                if token:
+                    builder = builder.page_token(token)
+                return self._lark.im.v1.message.list(builder.build(), option)
+
+            response = await self._transport.call("im.message.list", self._sdk(call))
+            found += response.data.items or []
+            token = response.data.page_token if response.data.has_more else None
+            if token is None:
+                break
+        return list(reversed(found)), token is not None
 
     async def reply_message(
         self,

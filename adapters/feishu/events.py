@@ -447,3 +447,50 @@ def attachments_of(config: FeishuConfig, message_id: str, message_type: str, con
         key = str(content["file_key"])
         return [_attachment(config, message_id, key, "file", str(content.get("file_name") or f"file-{key[-12:]}"))]
     return []
+
+
+def readable(
+    config: FeishuConfig, message_type: str, content: dict[str, Any], mention_names: dict[str, str]
+) -> tuple[str, list[str]]:
+    """What a person sees in a stored message (text, post, card, file), as text, and the names of
+    its files: for the earlier messages of a thread (`adapters.feishu.thread_context`)."""
+    placeholder = _Message(message_id="", create_time=0, chat_id="", chat_type="", message_type=message_type)
+    if message_type == "text":
+        text = str(content.get("text", ""))
+        return _PLACEHOLDER.sub(lambda m: f"@{mention_names.get(m.group(1), m.group(1))}{m.group(2)}", text), []
+    if message_type == "post":
+        attachments: list[Attachment] = []
+        lines: list[str] = []
+        post = _unwrap_post(content)
+        if str(post.get("title") or "").strip():
+            lines.append(str(post["title"]).strip())
+        for paragraph in post.get("content") or []:
+            if isinstance(paragraph, list):
+                lines.append("".join(_render_post_element(placeholder, e, attachments, config, "")
+                                     for e in paragraph if isinstance(e, dict)))  # fmt: skip
+        text = _PLACEHOLDER.sub(lambda m: f"@{mention_names.get(m.group(1), m.group(1))}{m.group(2)}", "\n".join(lines))
+        return text.strip(), [a.name for a in attachments]
+    if message_type == "interactive":
+        return "\n".join(_card_strings(content, 0)), []
+    if message_type in ("file", "media", "audio"):
+        return "", [str(content.get("file_name") or message_type)]
+    if message_type == "image":
+        return "", ["image"]
+    return "", []
+
+
+def _card_strings(node: Any, depth: int) -> list[str]:
+    """The visible strings of a card (titles, markdown, plain text), in order."""
+    if depth > 12:
+        return []
+    if isinstance(node, list):
+        return [s for item in node for s in _card_strings(item, depth + 1)]
+    if not isinstance(node, dict):
+        return []
+    found: list[str] = []
+    for key, value in node.items():
+        if key in ("content", "text", "title") and isinstance(value, str) and value.strip():
+            found.append(value.strip())
+        elif isinstance(value, (dict, list)):
+            found += _card_strings(value, depth + 1)
+    return found

@@ -19,6 +19,7 @@ from adapters.base import AcceptMessage
 from adapters.feishu.card_actions import CardActions, is_card_action
 from adapters.feishu.config import FeishuConfig
 from adapters.feishu.events import Ignored, KnownThread, parse_event_in_context
+from adapters.feishu.menu import BOT_MENU, parse_menu
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,13 @@ class FeishuEventPipeline:
         except Exception as exc:
             log.exception("feishu %s: bot identity unavailable", transport)
             raise BotIdentityUnavailable from exc
-        result = await parse_event_in_context(
-            payload, config=self._config, bot_open_id=bot_open_id, known_thread=self._known_thread
-        )
+        header = payload.get("header")
+        if isinstance(header, dict) and header.get("event_type") == BOT_MENU:
+            result = parse_menu(str(header.get("event_id") or ""), header.get("tenant_key"), payload.get("event"))
+        else:
+            result = await parse_event_in_context(
+                payload, config=self._config, bot_open_id=bot_open_id, known_thread=self._known_thread
+            )
         if isinstance(result, Ignored):
             log.debug("feishu %s: ignored: %s", transport, result.reason)
             return {}

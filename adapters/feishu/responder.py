@@ -33,6 +33,7 @@ from agent_core.i18n import Language, t
 from agent_core.messages import Attachment, InboundMessage, OutboundFile, OutboundReply
 from agent_core.monitors.model import AlertView
 from agent_core.provenance import ENGLISH, Provenance, ProvenanceWords
+from agent_core.thread_context import ThreadContext
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ _RESOURCE_PATH = re.compile(r"^/open-apis/im/v1/messages/([^/]+)/resources/")
 
 # Every Feishu message id starts with this; ids the gateway makes up for its own runs do not.
 FEISHU_MESSAGE_ID_PREFIX = "om_"
+OPEN_ID_PREFIX = "ou_"
 
 
 def delivery_uuid(*parts: str) -> str:
@@ -203,6 +205,8 @@ class FeishuResponder:
 
     async def show_progress(self, msg: InboundMessage) -> None:
         """Put a "Typing" reaction on the user's message."""
+        if not msg.message_id.startswith(FEISHU_MESSAGE_ID_PREFIX):
+            return  # a menu click: no message to react to
         try:
             self._reactions[msg.message_id] = await self._client.add_reaction(
                 msg.message_id, PROGRESS_EMOJI
@@ -295,6 +299,12 @@ class FeishuResponder:
             await self._client.remove_reaction(msg.message_id, reaction_id)
         except FeishuApiError as exc:
             log.info("feishu: could not remove reaction from %s: %s", msg.message_id, exc)
+
+    async def thread_context(self, msg: InboundMessage) -> ThreadContext | None:
+        """The topic so far, or the quoted message (`adapters.feishu.thread_context`)."""
+        from adapters.feishu.thread_context import fetch_thread
+
+        return await fetch_thread(self._client, self._config, msg)
 
     async def resolve_attachments(self, msg: InboundMessage) -> list[Attachment]:
         """The message's files, with a quoted message replaced by the file or image it holds."""
@@ -448,7 +458,9 @@ class FeishuResponder:
                 reply_in_thread=msg.reply_in_thread is not None,
                 uuid=uuid_,
             )
-        return await self._client.send_message(msg.channel, msg_type, content, uuid=uuid_)
+        # A bot menu click names the user, not their chat with the bot (adapters.feishu.menu).
+        to = "open_id" if msg.channel.startswith(OPEN_ID_PREFIX) else "chat_id"
+        return await self._client.send_message(msg.channel, msg_type, content, uuid=uuid_, to=to)
 
 
 def _reply_target(msg: InboundMessage) -> str | None:

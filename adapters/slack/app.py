@@ -285,13 +285,15 @@ class SlackAdapter:
         """Record an Acknowledge / Mute click before Slack gets its acknowledgement, then show
         who acted on the alert in place of its buttons."""
         user_id = str((body.get("user") or {}).get("id") or "")
-        alert = None
+        click = None
         if self._monitor_actions is not None and user_id:
-            alert = await self._monitor_actions(str(action.get("value") or ""), ACTIONS[action["action_id"]], user_id)
+            click = await self._monitor_actions(str(action.get("value") or ""), ACTIONS[action["action_id"]], user_id)
         await ack()
-        log.info("slack alert click on %s: %s", action.get("value"), "recorded" if alert else "unknown alert")
-        if alert is not None:
-            await self.responder.update_alert(alert)
+        log.info("slack alert click on %s: %s", action.get("value"), "recorded" if click else "unknown alert")
+        if click is not None:
+            alert = click.alert
+            if click.changed:  # a later click leaves the alert as it reads
+                await self.responder.update_alert(alert)
             if alert.acted_by != user_id:  # decided by someone else first
                 channel = (body.get("channel") or {}).get("id") or alert.channel
                 await self.responder.tell_privately(alert.workspace, channel, user_id, already_done(alert), None)

@@ -19,10 +19,12 @@ from adapters.slack.installations import BotTokens, WorkspaceNotInstalled
 from adapters.slack.locales import UserLocales
 from adapters.slack.render import answer_messages, approval_blocks, provenance_message
 from adapters.slack.stream import SlackAnswerStream, StreamingSupport, retire_cut_streams
+from adapters.slack.thread_context import fetch_thread
 from agent_core.governance.approval import ApprovalView
 from agent_core.messages import Attachment, InboundMessage, OutboundReply
 from agent_core.monitors.model import AlertView
 from agent_core.provenance import ProvenanceWords
+from agent_core.thread_context import ThreadContext
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ class SlackResponder:
         self._streaming = StreamingSupport()
         self._bot_user_ids: dict[str, str] = {}  # by workspace
         self._locales = UserLocales(self._web)
+        self._bot_ids: dict[str, tuple[str, str | None]] = {}  # by workspace: (user id, bot id), from auth.test
 
     async def user_locale(self, user: str, workspace: str) -> str | None:
         return await self._locales.of(user, workspace)
@@ -202,6 +205,18 @@ class SlackResponder:
 
     def dm_address(self, user: str) -> str | None:
         return user  # Slack delivers a post to a user id into that user's DM with the app
+
+    async def thread_context(self, msg: InboundMessage) -> ThreadContext | None:
+        # A DM's messages all reach the bot; a top-level mention starts its thread.
+        if msg.is_dm or msg.scheduled_run is not None or msg.reply_in_thread in (None, msg.message_id):
+            return None
+        assert msg.reply_in_thread is not None
+        web = await self._web(msg.workspace)
+        if msg.workspace not in self._bot_ids:
+            me = await web.auth_test()
+            self._bot_ids[msg.workspace] = (str(me["user_id"]), me.get("bot_id"))
+        user_id, bot_id = self._bot_ids[msg.workspace]
+        return await fetch_thread(web, msg.channel, msg.reply_in_thread, msg.message_id, user_id, bot_id)
 
     async def resolve_attachments(self, msg: InboundMessage) -> list[Attachment]:
         return msg.attachments

@@ -9,6 +9,7 @@ file; both share one name space.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Literal, Protocol
@@ -134,6 +135,15 @@ class AlertView(BaseModel):
         if self.provenance:
             lines.append(f"_{self.provenance}_")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class AlertClick:
+    """What a click on an alert's button left: the alert as it now reads, and whether this
+    click changed it (a later click changes nothing, so the posted alert needs no update)."""
+
+    alert: AlertView
+    changed: bool
 
 
 class MonitorAction(StrEnum):

@@ -113,6 +113,23 @@ class ThreadStore:
             )
             await session.commit()
 
+    async def reset_dms(self, platform: str, workspace: str, owner: str) -> None:
+        """Archive `owner`'s live top-level DM conversations with the bot (a "new analysis"
+        chosen where the DM's own channel id is not known, e.g. from a bot menu)."""
+        async with self._sessions() as session:
+            await session.exec(
+                update(ThreadRow)
+                .where(
+                    col(ThreadRow.platform) == platform,
+                    col(ThreadRow.workspace) == workspace,
+                    col(ThreadRow.dm_owner) == owner,
+                    col(ThreadRow.root) == "main",
+                    col(ThreadRow.archived_at).is_(None),
+                )
+                .values(archived_at=utcnow())
+            )
+            await session.commit()
+
     async def load_state(self, thread_id: str) -> ThreadState:
         """The conversation's working state (active skills, todos)."""
         async with self._sessions() as session:

@@ -117,6 +117,7 @@ class FakeFeishu:
         self.uploads: dict[str, bytes] = {}  # image_key / file_key → bytes
         self.resources: dict[tuple[str, str], tuple[str, bytes, str, str]] = {}
         self.stored_messages: dict[str, tuple[str, dict[str, Any]]] = {}  # id → (msg_type, content)
+        self.stored_items: dict[str, dict[str, Any]] = {}  # id → the message as message.get returns it
         # long connection
         self.ws_connections = 0
         self.ws_acks: list[dict[str, Any]] = []
@@ -211,9 +212,46 @@ class FakeFeishu:
         """Serve `data` at im/v1/messages/{message_id}/resources/{file_key}?type={kind}."""
         self.resources[(message_id, file_key)] = (kind, data, content_type, filename)
 
-    def add_message(self, message_id: str, msg_type: str, content: dict[str, Any]) -> None:
-        """A message users posted earlier, readable at GET im/v1/messages/{message_id}."""
+    def add_message(
+        self,
+        message_id: str,
+        msg_type: str,
+        content: dict[str, Any],
+        *,
+        chat_id: str = "oc_group",
+        sender: str = "ou_colleague",
+        sender_type: str = "user",
+        thread_id: str | None = None,
+        root_id: str | None = None,
+        mentions: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """A message posted earlier, readable at GET im/v1/messages/{message_id} and, in a
+        topic (``thread_id``), listed by GET im/v1/messages?container_id_type=thread. A
+        ``sender_type`` "app" message's ``sender`` is the app's id (cli_…)."""
         self.stored_messages[message_id] = (msg_type, content)
+        with self._lock:
+            created = max([int(m["create_time"]) for m in self.stored_items.values()] + [1_700_000_000_000]) + 1000
+        self.stored_items[message_id] = {
+            "message_id": message_id,
+            "root_id": root_id or "",
+            "parent_id": root_id or "",
+            "thread_id": thread_id or "",
+            "msg_type": msg_type,
+            "create_time": str(created),
+            "update_time": str(created),
+            "deleted": False,
+            "updated": False,
+            "chat_id": chat_id,
+            "sender": {
+                "id": sender,
+                "id_type": "app_id" if sender_type == "app" else "open_id",
+                "sender_type": sender_type,
+                "tenant_key": "tenant_fake",
+            },
+            "body": {"content": json.dumps(content, ensure_ascii=False)},
+            "mentions": mentions or [],
+            "upper_message_id": "",
+        }
 
     def calls_to(self, route: str) -> list[Call]:
         with self._lock:
@@ -281,6 +319,7 @@ class FakeFeishu:
             "/open-apis/im/v1/messages/{message_id}/reactions/{reaction_id}", self._delete_reaction
         )
         r.add_get("/open-apis/im/v1/messages/{message_id}/resources/{file_key}", self._resource)
+        r.add_get("/open-apis/im/v1/messages", self._list_messages)
         r.add_get("/open-apis/im/v1/messages/{message_id}", self._get_message)
         r.add_patch("/open-apis/im/v1/messages/{message_id}", self._patch_message)
         r.add_post("/open-apis/im/v1/images", self._upload_image)
@@ -359,7 +398,7 @@ class FakeFeishu:
         body, error = await self._begin(request, "message.create")
         if error:
             return error
-        if request.query.get("receive_id_type") != "chat_id":
+        if request.query.get("receive_id_type") not in ("chat_id", "open_id"):
             return web.json_response({"code": 230001, "msg": "unexpected receive_id_type"})
         return self._store_message(body, chat_id=body["receive_id"])
 
@@ -484,8 +523,28 @@ class FakeFeishu:
         if message_id not in self.stored_messages:
             return web.json_response({"code": 230001, "msg": "message not found"}, status=400)
         msg_type, content = self.stored_messages[message_id]
-        item = {"message_id": message_id, "msg_type": msg_type, "body": {"content": json.dumps(content)}}
+        item = self.stored_items.get(message_id) or {
+            "message_id": message_id, "msg_type": msg_type, "body": {"content": json.dumps(content)},
+        }  # fmt: skip
         return web.json_response({"code": 0, "msg": "success", "data": {"items": [item]}})
+
+    async def _list_messages(self, request: web.Request) -> web.Response:
+        """im.v1.message.list: a chat's or a topic's messages by create time, paged."""
+        _, error = await self._begin(request, "message.list")
+        if error:
+            return error
+        kind, container = request.query.get("container_id_type"), request.query.get("container_id")
+        field = {"chat": "chat_id", "thread": "thread_id"}.get(kind or "")
+        if field is None or not container:
+            return web.json_response({"code": 230001, "msg": "invalid container_id_type"}, status=400)
+        items = sorted((i for i in self.stored_items.values() if i[field] == container), key=lambda i: int(i["create_time"]))
+        if request.query.get("sort_type") == "ByCreateTimeDesc":
+            items.reverse()
+        size = min(int(request.query.get("page_size", "20")), 50)
+        start = int(request.query.get("page_token") or 0)
+        page, more = items[start : start + size], start + size < len(items)
+        data = {"has_more": more, "page_token": str(start + size) if more else "", "items": page}
+        return web.json_response({"code": 0, "msg": "success", "data": data})
 
     async def _resource(self, request: web.Request) -> web.StreamResponse:
         _, error = await self._begin(request, "resource.get")

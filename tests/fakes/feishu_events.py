@@ -111,6 +111,38 @@ def file_event(file_key: str, file_name: str, **kwargs: Any) -> dict[str, Any]:
     return message_event({"file_key": file_key, "file_name": file_name}, msg_type="file", **kwargs)
 
 
+def bot_menu_event(
+    event_key: str,
+    *,
+    open_id: str = USER_OPEN_ID,
+    name: str = "Alice",
+    event_id: str | None = None,
+    token: str = VERIFICATION_TOKEN,
+) -> dict[str, Any]:
+    """A schema 2.0 application.bot.menu_v6 event (lark-oapi's P2ApplicationBotMenuV6):
+    `open_id` chose the bot menu item whose key is `event_key`. It names no chat."""
+    now = time.time()
+    return {
+        "schema": "2.0",
+        "header": {
+            "event_id": event_id or uuid.uuid4().hex,
+            "event_type": "application.bot.menu_v6",
+            "create_time": str(int(now * 1000)),
+            "token": token,
+            "app_id": "cli_test",
+            "tenant_key": TENANT_KEY,
+        },
+        "event": {
+            "operator": {
+                "operator_name": name,
+                "operator_id": {"union_id": f"on_{open_id}", "user_id": f"u_{open_id}", "open_id": open_id},
+            },
+            "event_key": event_key,
+            "timestamp": int(now),
+        },
+    }
+
+
 def url_verification(challenge: str, token: str = VERIFICATION_TOKEN) -> dict[str, Any]:
     return {"challenge": challenge, "token": token, "type": "url_verification"}
 

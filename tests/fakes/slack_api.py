@@ -333,6 +333,38 @@ class FakeSlack(FakeServer):
         self.messages.append(message)
         return message
 
+    def add_app_message(
+        self,
+        channel: str,
+        app_name: str,
+        *,
+        text: str = "",
+        attachments: list[dict[str, Any]] | None = None,
+        blocks: list[dict[str, Any]] | None = None,
+        thread_ts: str | None = None,
+        bot_id: str = "B0OTHERAPP",
+    ) -> dict[str, Any]:
+        """A message another app posted (an alerting integration): ``subtype: bot_message``
+        with its ``bot_id``, ``username`` and ``bot_profile``, legacy ``attachments`` and/or
+        ``blocks``, as ``conversations.replies`` returns it."""
+        message: dict[str, Any] = {
+            "type": "message",
+            "subtype": "bot_message",
+            "text": text,
+            "ts": self._new_ts(),
+            "bot_id": bot_id,
+            "username": app_name,
+            "bot_profile": {"id": bot_id, "name": app_name, "app_id": f"A{bot_id[1:]}", "deleted": False,
+                            "team_id": self.team_id},
+            "team": self.team_id,
+            "channel": channel,
+            **({"thread_ts": thread_ts} if thread_ts else {}),
+            **({"attachments": attachments} if attachments else {}),
+            **({"blocks": blocks} if blocks else {}),
+        }  # fmt: skip
+        self.messages.append(message)
+        return message
+
     def add_file(
         self,
         name: str,
@@ -926,6 +958,20 @@ class FakeSlack(FakeServer):
         )
         if not thread:
             raise _SlackError("thread_not_found")
+        # As Slack: replies after ``oldest`` and before ``latest`` (either bound included only
+        # with ``inclusive``); the parent message always comes first.
+        inclusive = _as_bool(params.get("inclusive", False))
+        latest = _micros(params["latest"]) if params.get("latest") else None
+        oldest = _micros(params["oldest"]) if params.get("oldest") else None
+        thread = [
+            m
+            for m in thread
+            if m["ts"] == ts
+            or (
+                (latest is None or _micros(m["ts"]) < latest or (inclusive and _micros(m["ts"]) == latest))
+                and (oldest is None or _micros(m["ts"]) > oldest or (inclusive and _micros(m["ts"]) == oldest))
+            )
+        ]
         with_metadata = _as_bool(params.get("include_all_metadata", False))
         public = [self._public(m, with_metadata=with_metadata) for m in thread]
         replies = [m for m in thread if m["ts"] != ts]
