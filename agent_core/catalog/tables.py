@@ -51,7 +51,7 @@ class CatalogColumnRow(SQLModel, table=True):
     type: str = Field(sa_column=Column(Text, nullable=False))
     comment: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     sample_values: str | None = Field(default=None, sa_column=Column(Text, nullable=True))  # JSON list
-    # Declared keys (migration 0007): part of the primary key; the foreign key's target as JSON.
+    # Declared keys (migration 0008): part of the primary key; the foreign key's target as JSON.
     primary_key: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
     foreign_key: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
 

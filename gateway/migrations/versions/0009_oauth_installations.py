@@ -5,8 +5,8 @@ The tables of slack-sdk's SQLAlchemy installation and OAuth state stores (slack_
 plus which org each workspace of an org-wide install belongs to
 (`adapters.slack.installations`).
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-11-27
 """
 
@@ -14,8 +14,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0007'
-down_revision = '0006'
+revision = '0009'
+down_revision = '0008'
 branch_labels = None
 depends_on = None
 
