@@ -9,6 +9,7 @@ workspace the link names and whose tokens each belong to one workspace. SQLite a
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
@@ -191,3 +192,14 @@ def test_worker_processes_answer_each_installed_workspace_with_its_own_token(dat
         assert used == {("C1", slack.token_of("T1")), ("C2", slack.token_of("T2"))}
         assert len(anthropic.requests) == 2
         assert slack.token_of("T1") not in out and slack.client_secret not in out
+
+
+async def test_install_links_that_expired_unused_are_forgotten(gateway, fakes) -> None:
+    from sqlalchemy import text as sql
+
+    async with gateway.runtime.engine.begin() as conn:  # a link handed out an hour ago, never used
+        await conn.execute(sql("INSERT INTO oauth_states (state, expire_at) VALUES ('old', :at)"),
+                           {"at": datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=50)})  # fmt: skip
+    assert (await install(gateway, "T1"))[0] == 200
+    async with gateway.runtime.engine.connect() as conn:
+        assert (await conn.execute(sql("SELECT state FROM oauth_states"))).all() == []

@@ -171,8 +171,9 @@ class SlackAdapter:
     async def install(self, request: web.Request) -> web.StreamResponse:
         """GET /slack/install: the "Add to Slack" page, whose link carries a fresh OAuth state
         (also set as a cookie, checked on the way back)."""
-        if self.bolt.oauth_flow is None:
+        if self.bolt.oauth_flow is None or self.installations is None:
             return _oauth_off()
+        await self.installations.forget_expired_states()
         bolt_request = AsyncBoltRequest(body="", query=request.query_string, headers=dict(request.headers.items()))
         return await to_aiohttp_response(await self.bolt.oauth_flow.handle_installation(bolt_request))
 

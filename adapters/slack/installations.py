@@ -14,6 +14,7 @@ belongs to so a worker holding only the workspace id finds the org's token.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Protocol
 
 from slack_sdk.oauth.installation_store.sqlalchemy import AsyncSQLAlchemyInstallationStore
@@ -99,6 +100,14 @@ class Installations:
         except IntegrityError:
             pass  # another process recorded it first
         self._known_enterprises.add(team_id)
+
+    async def forget_expired_states(self) -> None:
+        """Delete install links' states that expired unused (a used one is deleted by its use),
+        so the table holds no more than the links handed out in the last few minutes."""
+        states = self.states.oauth_states
+        now = datetime.now(UTC).replace(tzinfo=None)  # the store keeps naive UTC
+        async with self._engine.begin() as conn:
+            await conn.execute(states.delete().where(states.c.expire_at < now))
 
     async def count(self) -> int:
         """Workspaces and orgs with a bot token (for the start-up log)."""
