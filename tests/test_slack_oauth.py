@@ -9,18 +9,22 @@ workspace the link names and whose tokens each belong to one workspace. SQLite a
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from http.cookies import SimpleCookie
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import pytest
+import requests
 
 from adapters.slack.scopes import bot_scopes
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention, app_uninstalled
-from tests.harness import Gateway, gateway_settings, running_gateway
+from tests.harness import SIGNING_SECRET, Gateway, gateway_settings, running_gateway
+from tests.serve_process import clean_env, free_port, post_event, start, stop, wait_healthy, wait_workers_ready
 
 
 @pytest.fixture
@@ -149,3 +153,53 @@ async def test_install_routes_are_off_with_a_single_bot_token(database_url, tmp_
             async with gw.http.get(gw.server.make_url("/slack/install")) as page:
                 assert page.status == 404
                 assert "SLACK_CLIENT_ID" in (await page.json())["error"]
+
+
+def test_worker_processes_answer_each_installed_workspace_with_its_own_token(database_url: str, tmp_path: Path) -> None:
+    """As deployed: `ba-agent serve` accepts, its worker process answers; the install's redirect
+    URL is the public one set in SLACK_REDIRECT_URI."""
+    port = free_port()
+    redirect = f"http://127.0.0.1:{port}/slack/oauth_redirect"
+    with FakeAnthropic.in_thread() as anthropic, FakeSlack.in_thread(team_id="T1") as slack:
+        slack.redirect_urls = ["https://elsewhere.example.com/slack/oauth_redirect", redirect]
+        anthropic.script(Reply([text("Answer one.")]), Reply([text("Answer two.")]))
+        env = clean_env(
+            tmp_path, DATABASE_URL=database_url, ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=anthropic.base_url,
+            SLACK_CLIENT_ID=slack.client_id, SLACK_CLIENT_SECRET=slack.client_secret, SLACK_REDIRECT_URI=redirect,
+            SLACK_SIGNING_SECRET=SIGNING_SECRET, SLACK_API_URL=slack.base_url, BA_POLL_INTERVAL="0.2",
+        )  # fmt: skip
+        proc = start(env, port, tmp_path)
+        try:
+            wait_healthy(port)
+            wait_workers_ready(port)
+            for team in ("T1", "T2"):
+                page = requests.get(f"http://127.0.0.1:{port}/slack/install", timeout=5)
+                [link] = re.findall(r'href="([^"]*oauth/v2/authorize[^"]*)"', page.text)
+                approved = requests.get(f"{link.replace('&amp;', '&')}&team={team}", allow_redirects=False, timeout=5)
+                assert approved.headers["Location"].startswith(redirect + "?")
+                # The browser sends back the state cookie the install page set (Secure: browsers
+                # send it to http://127.0.0.1 too, requests does not).
+                cookie = "; ".join(f"{name}={value}" for name, value in page.cookies.items())
+                landed = requests.get(approved.headers["Location"], headers={"Cookie": cookie}, allow_redirects=False, timeout=5)
+                assert landed.status_code == 200, landed.text
+            for team, channel, ts in (("T1", "C1", "1700000001.000100"), ("T2", "C2", "1700000002.000100")):
+                bot = f"UBOT{team}"
+                assert post_event(port, app_mention(f"<@{bot}> GMV?", "U1", channel, ts=ts, team=team, bot_user_id=bot)) == 200
+            slack.wait_for_sync("chat.stopStream", count=2, timeout=30)
+        finally:
+            out = stop(proc)
+        used = {(call.params.get("channel"), call.token) for call in slack.calls if call.params.get("channel")}
+        assert used == {("C1", slack.token_of("T1")), ("C2", slack.token_of("T2"))}
+        assert len(anthropic.requests) == 2
+        assert slack.token_of("T1") not in out and slack.client_secret not in out
+
+
+async def test_install_links_that_expired_unused_are_forgotten(gateway, fakes) -> None:
+    from sqlalchemy import text as sql
+
+    async with gateway.runtime.engine.begin() as conn:  # a link handed out an hour ago, never used
+        await conn.execute(sql("INSERT INTO oauth_states (state, expire_at) VALUES ('old', :at)"),
+                           {"at": datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=50)})  # fmt: skip
+    assert (await install(gateway, "T1"))[0] == 200
+    async with gateway.runtime.engine.connect() as conn:
+        assert (await conn.execute(sql("SELECT state FROM oauth_states"))).all() == []

@@ -5,8 +5,14 @@ Events arrive either over HTTP (POST /slack/events, `SlackAdapter.handle`) or ov
 starts and stops it). Bolt runs with
 `process_before_response=True` so the listener — which commits the message to the inbox —
 finishes before Slack gets its 200 or its envelope ack. The listener does nothing slow: the only
-Web API call on this path is bolt's own auth.test, made once and cached. (The sender's locale is
-looked up by the worker that answers: `SlackResponder.user_locale`.)
+Web API call on this path is bolt's own auth.test, made once and cached; with OAuth installs
+bolt instead reads the workspace's installation from the service database. (The sender's
+locale is looked up by the worker that answers: `SlackResponder.user_locale`.)
+
+The bot token is SLACK_BOT_TOKEN's, or with SLACK_CLIENT_ID / SLACK_CLIENT_SECRET each
+workspace's own from its OAuth install (`adapters.slack.installations`): bolt's install flow is
+served on /slack/install and /slack/oauth_redirect, and the responder picks each message's
+workspace token.
 """
 
 from __future__ import annotations
@@ -165,8 +171,9 @@ class SlackAdapter:
     async def install(self, request: web.Request) -> web.StreamResponse:
         """GET /slack/install: the "Add to Slack" page, whose link carries a fresh OAuth state
         (also set as a cookie, checked on the way back)."""
-        if self.bolt.oauth_flow is None:
+        if self.bolt.oauth_flow is None or self.installations is None:
             return _oauth_off()
+        await self.installations.forget_expired_states()
         bolt_request = AsyncBoltRequest(body="", query=request.query_string, headers=dict(request.headers.items()))
         return await to_aiohttp_response(await self.bolt.oauth_flow.handle_installation(bolt_request))
 

@@ -14,11 +14,13 @@ belongs to so a worker holding only the workspace id finds the org's token.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Protocol
 
 from slack_sdk.oauth.installation_store.sqlalchemy import AsyncSQLAlchemyInstallationStore
 from slack_sdk.oauth.state_store.sqlalchemy import AsyncSQLAlchemyOAuthStateStore
 from sqlalchemy import Column, MetaData, String, Table, and_, desc, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 # How long an OAuth state (the install page's link) stays valid.
@@ -85,15 +87,27 @@ class Installations:
         """Record that `team_id` belongs to the org `enterprise_id` (once per process)."""
         if team_id in self._known_enterprises:
             return
-        async with self._engine.begin() as conn:
-            known = await conn.scalar(select(ENTERPRISE_TEAMS.c.enterprise_id).where(ENTERPRISE_TEAMS.c.team_id == team_id))
-            if known is None:
-                await conn.execute(ENTERPRISE_TEAMS.insert().values(team_id=team_id, enterprise_id=enterprise_id))
-            elif known != enterprise_id:
-                await conn.execute(
-                    ENTERPRISE_TEAMS.update().where(ENTERPRISE_TEAMS.c.team_id == team_id).values(enterprise_id=enterprise_id)
-                )
+        row = ENTERPRISE_TEAMS.c
+        try:
+            async with self._engine.begin() as conn:
+                known = await conn.scalar(select(row.enterprise_id).where(row.team_id == team_id))
+                if known is None:
+                    await conn.execute(ENTERPRISE_TEAMS.insert().values(team_id=team_id, enterprise_id=enterprise_id))
+                elif known != enterprise_id:  # the workspace moved to another org
+                    await conn.execute(
+                        ENTERPRISE_TEAMS.update().where(row.team_id == team_id).values(enterprise_id=enterprise_id)
+                    )
+        except IntegrityError:
+            pass  # another process recorded it first
         self._known_enterprises.add(team_id)
+
+    async def forget_expired_states(self) -> None:
+        """Delete install links' states that expired unused (a used one is deleted by its use),
+        so the table holds no more than the links handed out in the last few minutes."""
+        states = self.states.oauth_states
+        now = datetime.now(UTC).replace(tzinfo=None)  # the store keeps naive UTC
+        async with self._engine.begin() as conn:
+            await conn.execute(states.delete().where(states.c.expire_at < now))
 
     async def count(self) -> int:
         """Workspaces and orgs with a bot token (for the start-up log)."""
