@@ -14,6 +14,7 @@ import json
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -69,7 +70,7 @@ async def run_tool(
                 print(f"ba-agent: invalid input for {name}: {exc}", file=sys.stderr)
                 return 2
             try:
-                raw = await tool.run(args, ctx)
+                raw = await tool.run(args, replace(ctx, tool_name=name))
             except ToolError as exc:
                 print(json.dumps({"error": {"type": exc.error_type.value, "message": str(exc)}}, ensure_ascii=False))
                 return 1

@@ -12,7 +12,8 @@ Besides: the database evaluates the user's expressions only on the allowed rows 
 with their row counts, say which rows each expression saw: a timing oracle without timing),
 delays are refused, error texts carry no values from rows, the catalog keeps a hidden column's
 default and (for a filtered audience) row counts, odd syntax gives a typed refusal, and all of
-it holds through ``ba-agent tool run sql_query --platform slack --user …``.
+it holds through ``ba-agent tool run sql_query --platform slack --user …``. Push-down tools'
+queries are audited under the tool's own name.
 """
 
 from __future__ import annotations
@@ -32,18 +33,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent_core.config import AgentConfig
 from agent_core.data.errors import DataError
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.data.sources import query_source
 from agent_core.data.sql_guard import ensure_read_only
 from agent_core.governance.audience import Identity
+from agent_core.governance.audit import AuditTrail, read_audit
 from agent_core.governance.columns import SourceColumns
 from agent_core.governance.enforce import enforce
 from agent_core.governance.loader import load_policy
 from agent_core.governance.policy import AccessPolicy
+from agent_core.messages import ToolUseBlock
+from agent_core.run_context import RunContext
+from agent_core.store.db import create_engine, session_factory
+from agent_core.tools.analytics_tools import AttributeChangeTool, DetectAnomaliesTool
+from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.sql import governed_source_query
 from tests.readonly_warehouse import mariadb_readonly, postgres_readonly
 from tests.serve_process import BA_AGENT, clean_env
+from tests.test_semantic import build_duckdb, write_warehouse_yaml
 from tests.test_sources import PG_URL
 
 EAST = [
@@ -600,3 +609,37 @@ def test_through_tool_run(warehouse: Warehouse, tmp_path: Path) -> None:
     assert code == 1
     _assert_no_protected_value(json.dumps(answer), "")
     assert "11|10.00" not in answer["error"]["message"]
+
+
+# --- who ran a query on a tool's behalf ------------------------------------------------------
+
+
+async def test_push_down_tools_are_audited_under_their_own_name(database_url: str, tmp_path: Path) -> None:
+    build_duckdb(tmp_path / "dwh.duckdb")
+    config = AgentConfig(
+        model="m",
+        data_dir=tmp_path / "data",
+        BA_DATASOURCES=json.dumps({"dwh": f"duckdb://{tmp_path / 'dwh.duckdb'}"}),
+        BA_SEMANTIC_DIR=str(write_warehouse_yaml(tmp_path / "semantic", "dwh")),
+    )
+    engine = create_engine(database_url)
+    try:
+        sessions = session_factory(engine)
+        audit = AuditTrail(sessions)
+        registry = ToolRegistry([DetectAnomaliesTool(config, audit), AttributeChangeTool(config, audit)])
+        ctx = RunContext(thread_id="t", data_dir=config.data_dir, channel="D1", user="U1", is_dm=True)
+        calls = [
+            ("toolu_a", "detect_anomalies", {"metric": "gmv", "segment_column": "region"}),
+            ("toolu_b", "attribute_change", {
+                "metric": "gmv", "dimensions": ["region"],
+                "baseline_period": {"start": "2026-01-01", "end": "2026-01-31"},
+                "comparison_period": {"start": "2026-02-01", "end": "2026-02-28"},
+            }),
+        ]  # fmt: skip
+        for call_id, name, tool_input in calls:
+            result = await registry.execute(ToolUseBlock(id=call_id, name=name, input=tool_input), ctx)
+            assert not result.is_error, result.observation
+        records = await read_audit(sessions)
+    finally:
+        await engine.dispose()
+    assert {(r.tool_call_id, r.tool) for r in records} == {("toolu_a", "detect_anomalies"), ("toolu_b", "attribute_change")}

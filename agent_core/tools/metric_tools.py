@@ -228,7 +228,7 @@ async def run_metric_query(
             catalog.policy,
             catalog.columns,
             catalog.audit,
-            tool=QueryMetricTool.name,
+            tool=ctx.tool_name or QueryMetricTool.name,
             row_cap=row_cap,
             timeout_s=DEFAULT_QUERY_TIMEOUT_S,
             byte_cap=byte_cap,
