@@ -25,6 +25,8 @@ change which rows the limit keeps. PostgreSQL and DuckDB get ``OFFSET 0`` (Postg
 the two filters), MariaDB/MySQL ``LIMIT 18446744073709551615`` (no merge and no condition
 push-down into a derived table with an explicit limit). PostgreSQL's ``AS MATERIALIZED`` CTE
 would fence too but stores every filtered row; DuckDB pushes filters into a materialized CTE.
+The one kind of condition copied inside the fence is a comparison of the table's columns with
+literals, which can neither fail nor take a row-dependent time (see ``_push_safe_conditions``).
 ``tests/test_governance_barrier.py`` checks the plans and the error oracles on all three.
 
 CTEs are renamed to private names first (``WITH orders AS …`` becomes ``WITH _ba_cte_0 AS …``,
