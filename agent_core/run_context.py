@@ -121,6 +121,9 @@ class RunContext(RunDeps):
     # The model's id of the tool call being run (set by the tool pipeline for each call), so
     # what a tool records -- the data-access audit -- names the call it served.
     tool_call_id: str = ""
+    # The tool that call runs (or "monitor" for a monitor's run), so a query made on a tool's
+    # behalf -- a push-down cube, a monitor's series -- is audited under the tool's own name.
+    tool_name: str = ""
     # The approval that let this call run (set by the loop on the call it was granted for), so
     # the audit can name it.
     approval_id: str | None = None

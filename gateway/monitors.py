@@ -177,6 +177,7 @@ def _run_context(monitor: Monitor, config: AgentConfig) -> RunContext:
         user=monitor.creator,
         chat=ChatOrigin(platform=monitor.platform, workspace=monitor.workspace, user_name=monitor.creator_name),
         tool_call_id=f"monitor:{monitor.name}",
+        tool_name="monitor",
         language=monitor.language,
         scheduled_run=f"monitor:{monitor.name}",  # the creator's access joined with the channel's
     )

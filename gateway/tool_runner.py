@@ -15,6 +15,7 @@ import re
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -85,7 +86,7 @@ async def run_tool(
                 print(f"ba-agent: invalid input for {name}: {validation_message(exc)}", file=sys.stderr)
                 return 2
             try:
-                raw = await tool.run(args, ctx)
+                raw = await tool.run(args, replace(ctx, tool_name=name))
             except ToolError as exc:
                 print(json.dumps({"error": {"type": exc.error_type.value, "message": str(exc)}}, ensure_ascii=False))
                 return 1

@@ -12,7 +12,8 @@ Besides: the database evaluates the user's expressions only on the allowed rows 
 with their row counts, say which rows each expression saw: a timing oracle without timing),
 delays are refused, error texts carry no values from rows, the catalog keeps a hidden column's
 default and (for a filtered audience) row counts, odd syntax gives a typed refusal, and all of
-it holds through ``ba-agent tool run sql_query --platform slack --user …``.
+it holds through ``ba-agent tool run sql_query --platform slack --user …``. Push-down tools'
+queries are audited under the tool's own name.
 """
 
 from __future__ import annotations
@@ -32,18 +33,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent_core.config import AgentConfig
 from agent_core.data.errors import DataError
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.data.sources import query_source
 from agent_core.data.sql_guard import ensure_read_only
 from agent_core.governance.audience import Identity
+from agent_core.governance.audit import AuditTrail, read_audit
 from agent_core.governance.columns import SourceColumns
 from agent_core.governance.enforce import enforce
 from agent_core.governance.loader import load_policy
 from agent_core.governance.policy import AccessPolicy
+from agent_core.messages import ToolUseBlock
+from agent_core.run_context import RunContext
+from agent_core.store.db import create_engine, session_factory
+from agent_core.tools.analytics_tools import AttributeChangeTool, DetectAnomaliesTool
+from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.sql import governed_source_query
 from tests.readonly_warehouse import mariadb_readonly, postgres_readonly
 from tests.serve_process import BA_AGENT, clean_env
+from tests.test_semantic import build_duckdb, write_warehouse_yaml
 from tests.test_sources import PG_URL
 
 EAST = [
@@ -89,7 +98,7 @@ class Warehouse:
     dialect: str  # sqlglot's: postgres, mysql, duckdb
     source: DataSourceConfig
     columns: SourceColumns
-    explain: Callable[[str], Any]  # the plan of a query, with the row counts it ran with
+    explain: Callable[..., Any]  # the plan of a query, with the row counts it ran with
 
     def governed(self, sql: str, identity: Identity, policy: AccessPolicy) -> Any:
         return governed_source_query(self.source, sql, identity, policy, self.columns, row_cap=1000)
@@ -156,9 +165,11 @@ def _duckdb_fill(path: Path) -> None:
 def _postgres() -> Iterator[Warehouse]:
     with postgres_readonly("barrier", _postgres_fill) as (url, schema):
 
-        def explain(sql: str) -> Any:
+        def explain(sql: str, prefer_index: bool = False) -> Any:
             with psycopg.connect(PG_URL) as conn:
                 conn.execute(f"SET search_path = {schema}")
+                if prefer_index:  # the test table is small enough for a scan to be cheaper
+                    conn.execute("SET enable_seqscan = off")
                 return conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}").fetchone()[0]  # type: ignore[index]
 
         yield Warehouse("postgres", DataSourceConfig(name="dwh", url=url, statement_timeout_s=10), SourceColumns(), explain)
@@ -167,7 +178,7 @@ def _postgres() -> Iterator[Warehouse]:
 def _mariadb() -> Iterator[Warehouse]:
     with mariadb_readonly("barrier", _mariadb_fill) as (url, database):
 
-        def explain(sql: str) -> Any:
+        def explain(sql: str, prefer_index: bool = False) -> Any:
             conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", database=database)
             try:
                 with conn.cursor() as cur:
@@ -252,6 +263,7 @@ CLAUSES = {
     "window_frame": "SELECT id, count({e}) OVER (ORDER BY id ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM {t}",
 }
 SHAPES = {
+    "beside_comparisons": "SELECT count(*) FROM {t} WHERE id > 0 AND code <> 'x' AND {e} IS NOT NULL AND region = 'East'",
     "window_order": "SELECT id, row_number() OVER (ORDER BY {e}, id) FROM {t}",
     "scalar_subquery": "SELECT (SELECT count({e}) FROM {t}) AS n",
     "correlated_exists": (
@@ -401,6 +413,20 @@ def test_user_expressions_run_only_on_allowed_rows(warehouse: Warehouse, policy:
     }[warehouse.dialect](warehouse.explain(result.sql), marker)
     assert inputs, f"{marker} not found in the plan of {result.sql}"
     assert inputs == [len(EAST)] * len(inputs), f"rows seen by {expression}: {inputs}"
+
+
+INDEX_USE = {"postgres": "Index Cond", "mysql": '"key": "PRIMARY"'}
+
+
+@pytest.mark.parametrize("warehouse", ["postgres", "mysql"], indirect=True)
+def test_a_lookup_still_uses_the_index(warehouse: Warehouse, policy: AccessPolicy) -> None:
+    """Comparisons with literals cannot fail or take time by row, so they cross the fence too."""
+    result = warehouse.governed("SELECT id, amount FROM orders WHERE id = 2 AND code <> 'x'", EAST_DM, policy)
+    assert [(r[0], float(r[1])) for r in result.rows] == [(2, 20.5)]
+    plan = json.dumps(warehouse.explain(result.sql, prefer_index=True))
+    assert INDEX_USE[warehouse.dialect] in plan, plan
+    hidden = warehouse.governed("SELECT count(*) FROM orders WHERE id = 4 OR code = 'EAST-123|99'", EAST_DM, policy)
+    assert hidden.rows == [[0]]
 
 
 @pytest.mark.parametrize(
@@ -600,3 +626,37 @@ def test_through_tool_run(warehouse: Warehouse, tmp_path: Path) -> None:
     assert code == 1
     _assert_no_protected_value(json.dumps(answer), "")
     assert "11|10.00" not in answer["error"]["message"]
+
+
+# --- who ran a query on a tool's behalf ------------------------------------------------------
+
+
+async def test_push_down_tools_are_audited_under_their_own_name(database_url: str, tmp_path: Path) -> None:
+    build_duckdb(tmp_path / "dwh.duckdb")
+    config = AgentConfig(
+        model="m",
+        data_dir=tmp_path / "data",
+        BA_DATASOURCES=json.dumps({"dwh": f"duckdb://{tmp_path / 'dwh.duckdb'}"}),
+        BA_SEMANTIC_DIR=str(write_warehouse_yaml(tmp_path / "semantic", "dwh")),
+    )
+    engine = create_engine(database_url)
+    try:
+        sessions = session_factory(engine)
+        audit = AuditTrail(sessions)
+        registry = ToolRegistry([DetectAnomaliesTool(config, audit), AttributeChangeTool(config, audit)])
+        ctx = RunContext(thread_id="t", data_dir=config.data_dir, channel="D1", user="U1", is_dm=True)
+        calls = [
+            ("toolu_a", "detect_anomalies", {"metric": "gmv", "segment_column": "region"}),
+            ("toolu_b", "attribute_change", {
+                "metric": "gmv", "dimensions": ["region"],
+                "baseline_period": {"start": "2026-01-01", "end": "2026-01-31"},
+                "comparison_period": {"start": "2026-02-01", "end": "2026-02-28"},
+            }),
+        ]  # fmt: skip
+        for call_id, name, tool_input in calls:
+            result = await registry.execute(ToolUseBlock(id=call_id, name=name, input=tool_input), ctx)
+            assert not result.is_error, result.observation
+        records = await read_audit(sessions)
+    finally:
+        await engine.dispose()
+    assert {(r.tool_call_id, r.tool) for r in records} == {("toolu_a", "detect_anomalies"), ("toolu_b", "attribute_change")}

@@ -20,7 +20,9 @@ Functions are matched two ways (see :mod:`agent_core.data.sql_guard`):
   class for them). Names are lower-case ASCII.
 
 Catalog reads are allowlisted per dialect too: ``information_schema`` views that describe
-tables and columns and, for PostgreSQL, the ``pg_catalog`` views a describe/list query needs.
+tables and columns and, for PostgreSQL, the ``pg_catalog`` views a describe/list query needs;
+views with columns that hold row values or row counts are allowlisted by column
+(:data:`CATALOG_COLUMNS`).
 Other tables in system schemas (``pg_authid``, ``pg_shadow``, ``pg_settings``,
 ``pg_stat_activity``, ``mysql.user``, ``performance_schema.*``, DuckDB ``duckdb_settings`` …)
 are refused. The application's own catalog queries (``sources.list_source_tables`` …) do not go
@@ -592,6 +594,14 @@ CATALOG_COLUMNS: dict[str, dict[tuple[str | None, str], tuple[str, ...]]] = {
         ),
     },
 }
+
+# The columns left out above that hold values of table rows: naming one gets a clear refusal.
+CATALOG_VALUE_COLUMNS = _names(
+    """
+    attmissingval most_common_vals most_common_freqs histogram_bounds most_common_elems
+    most_common_elem_freqs elem_count_histogram
+    """
+)
 
 # Catalog columns and functions that count or size a table's rows. Where the access policy
 # filters rows of any table of a source for an audience, that audience reads none of them, on

@@ -30,12 +30,16 @@ arguments are covered too):
 * tables in system schemas — an allowlist of catalog views (``information_schema.tables`` /
   ``columns`` …, PostgreSQL ``pg_catalog`` views for describing tables); ``pg_authid``,
   ``pg_settings``, ``pg_stat_activity``, ``mysql.user``, ``performance_schema``, DuckDB's
-  ``system`` catalog and ``pg_catalog`` … are refused;
+  ``system`` catalog and ``pg_catalog`` … are refused. Some views are read by column: the SQL
+  returned reads them through a derived table of their allowed columns, so neither ``*`` nor
+  a whole row reaches ``pg_attribute.attmissingval`` or ``pg_stats``' sample values, and
+  naming such a column is refused;
 * DuckDB file scans — a table name that is really a path, URL, glob or file name
   (``FROM '/etc/passwd'``, ``FROM "s3://…"``, ``FROM data.csv``, ``FROM "/srv/x".parquet``)
   is refused before DuckDB's external-access setting would have to stop it;
 * nesting — more than :data:`MAX_NESTING` levels of brackets (or a tree too deep for the parser)
-  is refused with a clear message instead of a ``RecursionError``.
+  is refused with a clear message instead of a ``RecursionError``; a construct the checks were
+  not written for is refused as unparseable rather than crashing them.
 
 The guard is the first of several layers: the executors open connections read-only (DuckDB
 ``read_only=True`` plus ``enable_external_access=false``; PostgreSQL/MySQL read-only sessions),
@@ -59,6 +63,7 @@ from sqlglot.tokens import TokenType
 from agent_core.data.errors import SQLParseError, UnsafeSQLError
 from agent_core.data.sql_allowlist import (
     CATALOG_COLUMNS,
+    CATALOG_VALUE_COLUMNS,
     DIALECTS,
     DUCKDB_CATALOG_VIEW_NAMES,
     DUCKDB_CATALOG_VIEWS,
@@ -146,6 +151,7 @@ def ensure_read_only(sql: str, dialect: Dialect | str = "duckdb") -> str:
             )
         for node in statement.walk():
             _check_node(node, dialect)
+        _refuse_catalog_values(statement, dialect)
         restrict_catalog_columns(statement, dialect)
         return statement.sql(dialect=dialect, comments=False)
     except RecursionError as error:
@@ -234,6 +240,19 @@ def restrict_catalog_columns(
             alias = exp.TableAlias(this=name.copy())
         table.replace(exp.Subquery(this=projection, alias=alias.copy()))
     return frozenset(withheld)
+
+
+def _refuse_catalog_values(statement: exp.Expr, dialect: str) -> None:
+    """Name the catalog column that holds row values, instead of a bare "no such column"."""
+    if not any(_catalog_key(table, dialect) for table in statement.find_all(exp.Table)):
+        return
+    for column in statement.find_all(exp.Column):
+        if _fold(column.name) in CATALOG_VALUE_COLUMNS:
+            raise UnsafeSQLError(
+                f"The catalog column {column.name} is not readable: it holds values of table "
+                "rows (a column's default for older rows, sample values), which the access "
+                "policy may protect. Catalog views show names, types and definitions."
+            )
 
 
 def _catalog_key(table: exp.Table, dialect: str) -> tuple[str | None, str] | None:

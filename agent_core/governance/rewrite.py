@@ -25,6 +25,8 @@ change which rows the limit keeps. PostgreSQL and DuckDB get ``OFFSET 0`` (Postg
 the two filters), MariaDB/MySQL ``LIMIT 18446744073709551615`` (no merge and no condition
 push-down into a derived table with an explicit limit). PostgreSQL's ``AS MATERIALIZED`` CTE
 would fence too but stores every filtered row; DuckDB pushes filters into a materialized CTE.
+The one kind of condition copied inside the fence is a comparison of the table's columns with
+literals, which can neither fail nor take a row-dependent time (see ``_push_safe_conditions``).
 ``tests/test_governance_barrier.py`` checks the plans and the error oracles on all three.
 
 CTEs are renamed to private names first (``WITH orders AS …`` becomes ``WITH _ba_cte_0 AS …``,
@@ -106,6 +108,8 @@ def rewrite_protected_tables(
         else:
             table.replace(wrapper)
         applied.append((wrapper, view))
+        if view.row_filters is not None and dialect in _PUSHDOWN_DIALECTS:
+            _push_safe_conditions(wrapper, _known_columns(table, visible, dialect, columns))
     for wrapper, view in applied:
         _refuse_hidden_references(wrapper, view)
     return _unique(view for _, view in applied)
@@ -306,6 +310,85 @@ def _unqualify_schema_columns(statement: exp.Expr, table: exp.Table) -> None:
         ):
             column.set("db", None)
             column.set("catalog", None)
+
+
+# --- conditions that may cross the fence -----------------------------------------------------
+
+# A comparison of a column with a literal can neither fail nor take time that depends on the
+# row on PostgreSQL (the literal is coerced to the column's type, or the comparison widened,
+# when the query is parsed) and on MariaDB/MySQL (a mismatch warns, never errors, in a
+# SELECT). Such conditions of the outer query are copied inside the fence too, so the filtered
+# table is still read through its indexes (a lookup by id on 2M rows: 4 ms instead of 420 ms
+# on PostgreSQL, 0.3 ms instead of 200 ms on MariaDB). DuckDB may cast the column to a wider
+# decimal per row, which can fail, and it scans either way (no cost measured from the fence).
+_PUSHDOWN_DIALECTS = frozenset({"postgres", "mysql"})
+_SAFE_CONDITION_NODES: tuple[type[exp.Expr], ...] = (
+    exp.And, exp.Or, exp.Not, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
+    exp.In, exp.Between, exp.Column, exp.Identifier, exp.Literal, exp.Boolean,
+)  # fmt: skip
+
+
+def _known_columns(
+    table: exp.Table, visible: list[str] | None, dialect: str, columns: ColumnLookup
+) -> Callable[[], set[str]]:
+    """The table's column names (folded), looked up only when a condition could cross."""
+
+    def known() -> set[str]:
+        if visible is not None:
+            return {fold(name) for name in visible}
+        reference = exp.Table(
+            this=table.this.copy(),
+            db=table.args["db"].copy() if table.args.get("db") else None,
+            catalog=table.args["catalog"].copy() if table.args.get("catalog") else None,
+        )
+        return {fold(name) for name in columns(reference.sql(dialect))}
+
+    return known
+
+
+def _push_safe_conditions(wrapper: exp.Subquery, known: Callable[[], set[str]]) -> None:
+    """Copy the outer WHERE's comparisons of this table's columns with literals inside the fence.
+
+    Only where the copy cannot change the answer: the derived table is the FROM of a SELECT
+    whose joins cannot make its rows NULL-extended (no RIGHT or FULL join), the condition holds
+    only columns of this table (known to be its own, not a select-list alias or an outer
+    query's) and literals (no IS NULL: NULL-extended rows of an outer join would pass it), and
+    the outer WHERE keeps the condition as well.
+    """
+    select = wrapper.parent.parent if isinstance(wrapper.parent, exp.From) else None
+    if not isinstance(select, exp.Select) or wrapper.args.get("pivots"):
+        return
+    where = select.args.get("where")
+    joins = select.args.get("joins") or []
+    if where is None or any(join.side in ("RIGHT", "FULL") for join in joins):
+        return
+    alias = fold(wrapper.alias_or_name)
+    outputs = {fold(e.alias) for e in select.expressions if isinstance(e, exp.Alias)}
+    conjuncts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+    candidates = []
+    for conjunct in conjuncts:
+        nodes = list(conjunct.walk())
+        cols = [node for node in nodes if isinstance(node, exp.Column)]
+        if cols and all(isinstance(node, _SAFE_CONDITION_NODES) for node in nodes) and all(
+            isinstance(col.this, exp.Identifier)
+            and not col.args.get("db")
+            and (fold(col.table) == alias if col.table else not joins)
+            and fold(col.name) not in outputs
+            for col in cols
+        ):
+            candidates.append(conjunct)
+    if not candidates:
+        return
+    names = known()
+    inner = wrapper.this
+    for conjunct in candidates:
+        copy = conjunct.copy()
+        columns = list(copy.find_all(exp.Column))
+        if any(fold(col.name) not in names for col in columns):
+            continue
+        for col in columns:
+            col.set("table", exp.to_identifier(ROWS_ALIAS))
+        inner.set("where", exp.Where(this=exp.and_(inner.args["where"].this, exp.Paren(this=copy))))
 
 
 # --- hidden columns ---------------------------------------------------------------------------

@@ -227,7 +227,13 @@ async def run_metric_query(
         require_open_source(catalog.policy, cfg.name, ctx)
         with data_errors():
             governed = await catalog.access.query(
-                ctx, cfg, compiled.sql, tool=tool, row_cap=row_cap, timeout_s=DEFAULT_QUERY_TIMEOUT_S, byte_cap=byte_cap
+                ctx,
+                cfg,
+                compiled.sql,
+                tool=ctx.tool_name or tool,
+                row_cap=row_cap,
+                timeout_s=DEFAULT_QUERY_TIMEOUT_S,
+                byte_cap=byte_cap,
             )
         access_note = governed.access_note
         result = capped_result(governed, byte_cap)

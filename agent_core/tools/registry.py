@@ -192,7 +192,7 @@ class ToolRegistry:
             return _failure(call, disabled, started)
         healthy: bool | None = None  # None if we are cancelled: the call proves nothing
         try:
-            call_ctx = replace(ctx, tool_call_id=call.id)
+            call_ctx = replace(ctx, tool_call_id=call.id, tool_name=call.name)
             raw, retries = await self._run_with_retries(tool, args, call_ctx)
             healthy = True
         except _CallFailed as failed:
