@@ -16,13 +16,11 @@ together and that leaves only forecast noise unexplained.
 2. Generalized ripple effect: under a root cause every leaf moves by a similar proportion
    ``k``. For each element of each cuboid (layers 1..3) ``k`` is fitted (the volume-weighted
    median ratio of its leaves, refined by the volume-weighted mean of the leaves it explains:
-   robust to a few leaves of another cause). A leaf's evidence is how much "moved by ``k``"
-   lowers its capped squared residual against "nothing happened", both on the scale the
-   shift implies (the noise, a jitter of the shift itself, ``tolerance * |k - 1|``, and the
-   shift's granularity), so that a wider spread is no better fit by itself and right-skewed
-   ratio noise does not make small elements look risen. Elements whose leaves only partly
-   moved fit neither their moved nor their normal leaves; shifts under ``min_shift`` count for
-   nothing.
+   robust to a few leaves of another cause). A leaf's loss is twice its negative
+   log-likelihood under "its element moved by ``k``" (the noise, plus a jitter of the shift
+   itself, ``tolerance * |k - 1|``), capped where the leaf is better taken for an outlier;
+   ``k = 1`` is "nothing happened". Elements whose leaves only partly moved fit neither their
+   moved nor their normal leaves; shifts under ``min_shift`` count for nothing.
 3. Parsimony (minimum description length): an element costs ``2 log K + beta`` (naming one of
    its cuboid's K elements), a cuboid ``2 log C + gamma`` once for all its elements. The
    search is greedy over all elements of all cuboids: each step asserts the one element that
@@ -168,11 +166,11 @@ class _Noise:
 def _shift_var(k: np.ndarray, noise: _Noise, cfg: AttributionConfig) -> np.ndarray:
     """Variance of a leaf's ratio under "its element moved by ``k``": the forecast noise
     (scaled by ``k`` for a rise; a drop is not taken to make the leaves more precise than
-    the noise, which would inflate the evidence of a slight drop of a large element), a
-    jitter of the shift itself (``tolerance * |k - 1|``), and the granularity of the shift:
-    a metric made of units (orders, visits) moves by whole units, as if each kept a share
-    ``k`` of them (or gained ``k - 1`` more), so a leaf of a few units cannot show a 40 %
-    drop; its variance is ``grain * |k - 1| * min(k, 1)``."""
+    the noise, which would let any large element gain from a slight drop of its noisy
+    leaves' scale), a jitter of the shift itself (``tolerance * |k - 1|``), and the
+    granularity of the shift: a metric made of units (orders, visits) moves by whole units, as
+    if each kept a share ``k`` of them (or gained ``k - 1`` more), so a leaf of a few units
+    cannot show a 40 % drop; its variance is ``grain * |k - 1| * min(k, 1)``."""
     return (
         (np.maximum(k, 1.0) * noise.sigma) ** 2
         + (cfg.ripple_tolerance * (k - 1.0)) ** 2
@@ -261,26 +259,6 @@ def _leaf_loss(ratio: np.ndarray, k: np.ndarray, noise: _Noise, cfg: Attribution
     return np.where(~finite_r & ~finite_k, 0.0, loss)
 
 
-def _leaf_gain(ratio: np.ndarray, k: np.ndarray, noise: _Noise, cfg: AttributionConfig) -> np.ndarray:
-    """Per-leaf evidence for "its element moved by ``k``" against "nothing happened": how much
-    the shift lowers the leaf's capped squared residual, both measured on the scale the shift
-    implies (its forecast noise, the jitter of the shift and its granularity). On that common
-    scale a wider spread is no better fit by itself, a leaf too small to show the shift (its
-    granularity dominates) is evidence neither way, and a right-skewed ratio noise (a forecast
-    that fell short) does not make a small noisy element look risen. An infinite ratio (a leaf
-    appearing from a zero baseline) is explained only by an infinite ``k``."""
-    centre, cap2 = noise.centre, noise.cap2
-    finite_k = np.isfinite(k)
-    kf = np.where(finite_k, k, 1.0)
-    scale2 = _shift_var(kf, noise, cfg)
-    finite_r = np.isfinite(ratio)
-    r = np.where(finite_r, ratio, 0.0)
-    null = np.where(finite_r, np.minimum((r - centre) ** 2 / scale2, cap2), cap2)
-    shifted = np.where(finite_r & finite_k, np.minimum((r - kf * centre) ** 2 / scale2, cap2), cap2)
-    shifted = np.where(~finite_r & ~finite_k, 0.0, shifted)
-    return null - shifted
-
-
 def _fit_shifts(
     ids: np.ndarray, ratio: np.ndarray, weight: np.ndarray, noise: _Noise, n: int, by_x: np.ndarray, cfg: AttributionConfig
 ) -> np.ndarray:
@@ -330,8 +308,8 @@ def _search(
     """Greedy search for the most parsimonious set of elements; returns (asserted hits,
     ranked candidates).
 
-    Every leaf is credited to the best hypothesis that covers it ("nothing happened", or one
-    asserted element's shift). An element costs ``2 log K + beta`` (naming one of its
+    Every leaf costs its loss under the best hypothesis that covers it ("nothing happened",
+    or one asserted element's shift). An element costs ``2 log K + beta`` (naming one of its
     cuboid's K elements), a cuboid ``2 log C + gamma`` once for all its elements. Each step
     asserts the element (of any cuboid) that lowers the total most, fitted on the leaves no
     earlier element explains; its leaves are then explained. A parent whose children all
@@ -339,6 +317,7 @@ def _search(
     of) any child; an element that only partly moved fits neither its moved nor its normal
     leaves. Then, elements the others make redundant are dropped (backward elimination)."""
     cuboid_price = 2.0 * math.log(len(cuboids)) + cfg.cuboid_penalty
+    null = _leaf_loss(ratio, np.ones(len(ratio)), noise, cfg)
     active = usable.copy()
     chosen: list[_Choice] = []
     pool: dict[tuple[tuple[int, ...], tuple[int, ...]], float] = {}
@@ -347,7 +326,7 @@ def _search(
         idx = np.flatnonzero(active)
         if len(idx) == 0:
             break
-        ratio_a, weight_a, noise_a = ratio[idx], weight[idx], noise.take(idx)
+        ratio_a, weight_a, noise_a, null_a = ratio[idx], weight[idx], noise.take(idx), null[idx]
         by_x = np.argsort(np.where(np.isfinite(ratio_a), ratio_a / noise_a.centre, 0.0))
         best: tuple[float, tuple[int, ...], int, float, float] | None = None
         for dims in cuboids:
@@ -355,7 +334,7 @@ def _search(
             ids = ids_all[idx]
             n = int(ids.max()) + 1
             k = _fit_shifts(ids, ratio_a, weight_a, noise_a, n, by_x, cfg)
-            gain = np.bincount(ids, weights=_leaf_gain(ratio_a, k[ids], noise_a, cfg), minlength=n)
+            gain = np.bincount(ids, weights=null_a - _leaf_loss(ratio_a, k[ids], noise_a, cfg), minlength=n)
             present = np.bincount(ids, minlength=n) > 0
             cost = 2.0 * math.log(max(int(present.sum()), 1)) + cfg.element_penalty
             net = np.where(present, gain - cost, -np.inf)
@@ -375,7 +354,7 @@ def _search(
         chosen.append(_Choice(dims, e, k_e, leaves, members, cost, total))
         used.add(dims)
         active[leaves] = False
-    chosen = _prune(chosen, ratio, noise, cuboid_price, cfg)
+    chosen = _prune(chosen, ratio, noise, null, cuboid_price, cfg)
     selected = [Hit(c.dims, cube.values(c.dims, c.eid), c.leaves, 0.5 * c.net, True, c.k) for c in chosen]
     names = {(h.dims, h.values) for h in selected}
     ranked = sorted(pool.items(), key=lambda kv: -kv[1])[: cfg.max_candidates]
@@ -386,28 +365,29 @@ def _search(
 
 
 def _prune(
-    chosen: list[_Choice], ratio: np.ndarray, noise: _Noise, cuboid_price: float, cfg: AttributionConfig
+    chosen: list[_Choice], ratio: np.ndarray, noise: _Noise, null: np.ndarray, cuboid_price: float, cfg: AttributionConfig
 ) -> list[_Choice]:
-    """Backward elimination: each leaf is credited to the chosen element (covering it) whose
-    shift explains it best, or to none; an element whose removal costs the others less than
-    naming it is dropped (the least useful first), e.g. a child asserted before its parent."""
+    """Backward elimination: each leaf is explained by the best of the chosen elements that
+    cover it; an element whose removal costs the others less than naming it is dropped (the
+    least useful first), e.g. a child asserted before its parent."""
     chosen = list(chosen)
     while len(chosen) > 1:
-        gains = [_leaf_gain(ratio[c.members], np.full(len(c.members), c.k), noise.take(c.members), cfg) for c in chosen]
-        best = np.zeros(len(ratio))
-        for c, gain in zip(chosen, gains, strict=True):
-            np.maximum.at(best, c.members, gain)
+        losses = [_leaf_loss(ratio[c.members], np.full(len(c.members), c.k), noise.take(c.members), cfg) for c in chosen]
+        best = null.copy()
+        for c, loss in zip(chosen, losses, strict=True):
+            np.minimum.at(best, c.members, loss)
         worst: tuple[float, int] | None = None
         for j, c in enumerate(chosen):
-            without = np.zeros(len(c.members))
-            for c2, gain2 in zip(chosen, gains, strict=True):
+            without = null[c.members].copy()
+            for c2, loss2 in zip(chosen, losses, strict=True):
                 if c2 is c:
                     continue
-                pos = np.minimum(np.searchsorted(c2.members, c.members), len(c2.members) - 1)
+                pos = np.searchsorted(c2.members, c.members)
+                pos = np.minimum(pos, len(c2.members) - 1)
                 hit = c2.members[pos] == c.members
-                without[hit] = np.maximum(without[hit], gain2[pos[hit]])
+                without[hit] = np.minimum(without[hit], loss2[pos[hit]])
             alone = sum(1 for c2 in chosen if c2.dims == c.dims) == 1
-            value = float((best[c.members] - without).sum()) - c.cost - (cuboid_price if alone else 0.0)
+            value = float((without - best[c.members]).sum()) - c.cost - (cuboid_price if alone else 0.0)
             if worst is None or value < worst[0]:
                 worst = (value, j)
         assert worst is not None
