@@ -29,7 +29,9 @@ together and that leaves only forecast noise unexplained.
    children gain together, so it is named first and the children are left with nothing to
    explain; root causes in different cuboids (overlapping ones too) are found in turn. A
    backward pass then drops elements the others make redundant.
-4. The noise model is then re-estimated outside the asserted elements and the search rerun.
+4. The noise model is then re-estimated outside the asserted elements, the metric's unit
+   (the granularity of a shift: a leaf of a few units cannot show a 40 % drop) is learnt from
+   how their leaves scatter around their shifts, and the search is rerun.
 
 Measured on the Squeeze B0 benchmark's development split (``bench/analytics.py``).
 """
@@ -45,8 +47,9 @@ from pydantic import BaseModel, Field
 
 
 class AttributionConfig(BaseModel):
-    """Tuning knobs of the localization search (defaults set on the semi-synthetic benchmark of
-    ``agent_core.analytics.rca_benchmark``; evidence is in loss units, twice nats)."""
+    """Tuning knobs of the localization search (evidence is in loss units, twice nats). The
+    defaults were set before the search took its current form and were left as they were:
+    the method, not its constants, was fixed on the Squeeze B0 development split."""
 
     max_layer: int = Field(default=3, ge=1, le=6, description="deepest cuboid layer searched")
     element_penalty: float = Field(default=2.0, ge=0, description="evidence an element must show beyond naming it")
@@ -484,8 +487,8 @@ def localize(cube: Cube, f: np.ndarray, v: np.ndarray, cfg: AttributionConfig) -
     The noise model is estimated on the leaves that no element's median shows to have moved
     (root-cause leaves among them would bias its centre and make sibling elements look
     shifted the other way). The search is then repeated (up to ``max_passes`` searches in all)
-    with the noise re-estimated outside the asserted elements as well, until the answer no
-    longer changes.
+    with the noise re-estimated outside the asserted elements as well, and the metric's unit
+    learnt from their leaves, until the answer no longer changes.
 
     Noise is binned by the geometric mean of baseline and actual: binning by the baseline
     alone would select on the forecast's own error (a leaf forecast low by chance lands in a
