@@ -78,9 +78,11 @@ async def readyz(request: web.Request) -> web.Response:
     body = {"ok": ok, "database": "ok", "connections": states}
     # Reported, not required: a rejected key or model is for an operator to fix, and the
     # platforms must keep getting acknowledgements meanwhile (users are told what is wrong).
-    body["model"] = request.app[MODEL_CHECK]["result"].model_dump()
+    workers = request.app[WORKERS]
+    check = request.app[MODEL_CHECK]["result"] if workers is None else workers.model_check
+    body["model"] = check.model_dump()
     # Reported, not required: accepted events wait durably while a worker restarts.
-    if (workers := request.app[WORKERS]) is not None:
+    if workers is not None:
         body["workers"] = {"ready": workers.ready, "configured": workers.count}
     return web.json_response(body, status=200 if ok else 503)
 
@@ -135,7 +137,8 @@ def create_app(settings: Settings) -> web.Application:
             await workers.start()
             wake_forwarder = asyncio.create_task(forward_wakeups(runtime.inbox.wakeup, workers))
         await platforms.start_connections()
-        model_check = asyncio.create_task(check_model_settings())  # readiness does not wait for it
+        if workers is None:  # else the first worker checks (it loads the SDK anyway)
+            model_check = asyncio.create_task(check_model_settings())  # readiness does not wait for it
 
     async def on_cleanup(_app: web.Application) -> None:
         await platforms.close()  # first: in-flight envelopes commit and are acked
