@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from aiohttp import web
 from sqlalchemy import text
@@ -23,8 +24,17 @@ RUNTIME = web.AppKey("runtime", Runtime)
 # Platform connections: name → status(), None where the platform's mode has no long-lived one.
 CONNECTIONS = web.AppKey("connections", dict)
 WORKERS = web.AppKey[WorkerPool | None]("workers")
-# The start-up check of the model key and name (agent_core.model_check), shown by /readyz.
-MODEL_CHECK = web.AppKey("model_check", dict)
+
+
+@dataclass
+class ModelCheckResult:
+    """The start-up check of the model key and name (`agent_core.model_check`) when this
+    process answers itself; with workers, the first worker reports it (`WorkerPool.model_check`)."""
+
+    check: ModelCheck
+
+
+MODEL_CHECK = web.AppKey("model_check", ModelCheckResult)
 
 
 def describe_configuration(settings: Settings) -> str:
@@ -79,7 +89,7 @@ async def readyz(request: web.Request) -> web.Response:
     # Reported, not required: a rejected key or model is for an operator to fix, and the
     # platforms must keep getting acknowledgements meanwhile (users are told what is wrong).
     workers = request.app[WORKERS]
-    check = request.app[MODEL_CHECK]["result"] if workers is None else workers.model_check
+    check = request.app[MODEL_CHECK].check if workers is None else workers.model_check
     body["model"] = check.model_dump()
     # Reported, not required: accepted events wait durably while a worker restarts.
     if workers is not None:
@@ -109,7 +119,7 @@ def create_app(settings: Settings) -> web.Application:
     app = web.Application(client_max_size=1024**2, middlewares=[http_metrics(event_routes)])
     app[RUNTIME] = runtime
     app[WORKERS] = workers
-    app[MODEL_CHECK] = {"result": ModelCheck(state="pending")}
+    app[MODEL_CHECK] = ModelCheckResult(ModelCheck(state="pending"))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
@@ -123,7 +133,7 @@ def create_app(settings: Settings) -> web.Application:
     async def check_model_settings() -> None:
         from agent_core.model_check import check_model
 
-        app[MODEL_CHECK]["result"] = await check_model(settings)
+        app[MODEL_CHECK].check = await check_model(settings)
 
     async def on_startup(_app: web.Application) -> None:
         nonlocal wake_forwarder, model_check
