@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from aiohttp import web
 from sqlalchemy import text
@@ -25,8 +26,17 @@ CONNECTIONS = web.AppKey("connections", dict)
 # Platform credential checks at start-up: name → credentials(), None where there is none.
 CREDENTIALS = web.AppKey("credentials", dict)
 WORKERS = web.AppKey[WorkerPool | None]("workers")
-# The start-up check of the model key and name (agent_core.model_check), shown by /readyz.
-MODEL_CHECK = web.AppKey("model_check", dict)
+
+
+@dataclass
+class ModelCheckResult:
+    """The start-up check of the model key and name (`agent_core.model_check`) when this
+    process answers itself; with workers, the first worker reports it (`WorkerPool.model_check`)."""
+
+    check: ModelCheck
+
+
+MODEL_CHECK = web.AppKey("model_check", ModelCheckResult)
 
 
 def describe_configuration(settings: Settings) -> str:
@@ -90,9 +100,11 @@ async def readyz(request: web.Request) -> web.Response:
     body["credentials"] = {name: c.model_dump(mode="json") for name, c in checks.items() if c is not None}
     # Reported, not required: a rejected key or model is for an operator to fix, and the
     # platforms must keep getting acknowledgements meanwhile (users are told what is wrong).
-    body["model"] = request.app[MODEL_CHECK]["result"].model_dump()
+    workers = request.app[WORKERS]
+    check = request.app[MODEL_CHECK].check if workers is None else workers.model_check
+    body["model"] = check.model_dump()
     # Reported, not required: accepted events wait durably while a worker restarts.
-    if (workers := request.app[WORKERS]) is not None:
+    if workers is not None:
         body["workers"] = {"ready": workers.ready, "configured": workers.count}
     return web.json_response(body, status=200 if ok else 503)
 
@@ -119,7 +131,7 @@ def create_app(settings: Settings) -> web.Application:
     app = web.Application(client_max_size=1024**2, middlewares=[http_metrics(event_routes)])
     app[RUNTIME] = runtime
     app[WORKERS] = workers
-    app[MODEL_CHECK] = {"result": ModelCheck(state="pending")}
+    app[MODEL_CHECK] = ModelCheckResult(ModelCheck(state="pending"))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
@@ -134,7 +146,7 @@ def create_app(settings: Settings) -> web.Application:
     async def check_model_settings() -> None:
         from agent_core.model_check import check_model
 
-        app[MODEL_CHECK]["result"] = await check_model(settings)
+        app[MODEL_CHECK].check = await check_model(settings)
 
     async def on_startup(_app: web.Application) -> None:
         nonlocal wake_forwarder, model_check
@@ -148,7 +160,8 @@ def create_app(settings: Settings) -> web.Application:
             await workers.start()
             wake_forwarder = asyncio.create_task(forward_wakeups(runtime.inbox.wakeup, workers))
         await platforms.start_connections()
-        model_check = asyncio.create_task(check_model_settings())  # readiness does not wait for it
+        if workers is None:  # else the first worker checks (it loads the SDK anyway)
+            model_check = asyncio.create_task(check_model_settings())  # readiness does not wait for it
 
     async def on_cleanup(_app: web.Application) -> None:
         await platforms.close()  # first: in-flight envelopes commit and are acked

@@ -97,7 +97,9 @@ def _worker(args: argparse.Namespace) -> int:
     if not args.supervised:  # serve checked the sources before starting its workers
         verify_start_up(settings)
     gc.enable()  # a long-running process (see main)
-    asyncio.run(run_worker(settings, supervised=args.supervised))
+    # Supervised, the first worker checks the model for serve; on its own, each worker does.
+    check_model = args.check_model or not args.supervised
+    asyncio.run(run_worker(settings, supervised=args.supervised, check_model=check_model))
     return 0
 
 
@@ -202,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser("worker", help="answer accepted events (no HTTP); serve starts its own")
     worker.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+    worker.add_argument("--check-model", action="store_true", help=argparse.SUPPRESS)
     worker.set_defaults(func=_worker)
 
     chat = commands.add_parser("chat", help="chat with the agent in this terminal")

@@ -18,13 +18,14 @@ import sys
 from gateway.config import Settings
 from gateway.platforms import build_platforms
 from gateway.runtime import Runtime
-from gateway.worker_pool import READY_LINE
+from gateway.worker_pool import MODEL_CHECK_LINE, READY_LINE
 
 log = logging.getLogger(__name__)
 
 
-async def run_worker(settings: Settings, supervised: bool) -> None:
-    """Answer accepted events until told to stop."""
+async def run_worker(settings: Settings, supervised: bool, check_model: bool = False) -> None:
+    """Answer accepted events until told to stop; with `check_model`, check the model settings
+    once answering (`agent_core.model_check`) and report the result to serve."""
     if not supervised:  # serve migrates the database before it starts its own workers
         from gateway.migrate import upgrade  # Alembic: a third of a second to import
 
@@ -47,14 +48,28 @@ async def run_worker(settings: Settings, supervised: bool) -> None:
     if supervised:
         sys.stdout.buffer.write(READY_LINE)
         sys.stdout.flush()
+    if check_model:
+        checked = asyncio.create_task(report_model_check(settings, supervised))
     try:
         await stop.wait()
     finally:
         if supervised:
             watcher.cancel()
+        if check_model:
+            checked.cancel()
         await platforms.close()
         await runtime.close()
         gc.unfreeze()  # let extension modules see their objects released at exit
+
+
+async def report_model_check(settings: Settings, supervised: bool) -> None:
+    """Check the key and the model (logged either way); tell serve, which shows it in /readyz."""
+    from agent_core.model_check import check_model
+
+    result = await check_model(settings)
+    if supervised:
+        sys.stdout.buffer.write(MODEL_CHECK_LINE + result.model_dump_json().encode() + b"\n")
+        sys.stdout.flush()
 
 
 async def watch_supervisor(wakeup: asyncio.Event, stop: asyncio.Event) -> None:

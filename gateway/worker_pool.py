@@ -15,6 +15,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from agent_core.model_check import ModelCheck
 from agent_core.retry import backoff_delay_s
 from gateway.metrics import WORKER_RESTARTS
 from gateway.metrics_dir import forget_process
@@ -27,6 +28,9 @@ STOP_TIMEOUT_S = 15.0
 # A wakeup is one byte; a worker that has this many unread has plenty to do already.
 MAX_UNREAD_WAKEUPS = 64
 READY_LINE = b"ba-agent worker ready\n"
+# The first worker checks the model settings (it loads the SDK anyway) and reports on this line.
+MODEL_CHECK_LINE = b"ba-agent model check "
+CHECK_MODEL_FLAG = "--check-model"
 
 
 def worker_command() -> list[str]:
@@ -44,6 +48,7 @@ class WorkerPool:
         self._ready: set[int] = set()  # pids that reported ready
         self._supervisors: list[asyncio.Task[None]] = []
         self._stopping = False
+        self.model_check = ModelCheck(state="pending")
 
     @property
     def ready(self) -> int:
@@ -85,9 +90,8 @@ class WorkerPool:
                 await proc.wait()
 
     async def _spawn(self, slot: int) -> asyncio.subprocess.Process:
-        proc = await asyncio.create_subprocess_exec(
-            *self._command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
-        )
+        command = [*self._command, CHECK_MODEL_FLAG] if slot == 0 else self._command
+        proc = await asyncio.create_subprocess_exec(*command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         log.info("worker %d started (pid %d)", slot, proc.pid)
         return proc
 
@@ -98,6 +102,8 @@ class WorkerPool:
             if line == READY_LINE:
                 self._ready.add(proc.pid)
                 log.info("worker pid %d is answering", proc.pid)
+            elif line.startswith(MODEL_CHECK_LINE):
+                self.model_check = ModelCheck.model_validate_json(line.removeprefix(MODEL_CHECK_LINE))
             else:
                 sys.stdout.buffer.write(line)
                 sys.stdout.flush()

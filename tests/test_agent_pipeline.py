@@ -122,5 +122,5 @@ def test_hooks_run_in_the_documented_order(tmp_path: Path) -> None:
     agent = build_agent(AgentConfig(model="m", data_dir=tmp_path, api_key="x"), ThreadStore(sessions), sessions)
     assert [type(h).__name__ for h in agent.hooks] == [
         "MemoryHook", "SkillPolicyHook", "CompressionHook", "RefocusHook",
-        "PromptCachingHook", "DanglingToolCallPatch", "UsageHook", "TelemetryHook", "TracingHook",
+        "PromptCachingHook", "DanglingToolCallPatch", "UsageHook", "TelemetryHook", "MetricsHook", "TracingHook",
     ]
