@@ -79,7 +79,7 @@ async def readyz(request: web.Request) -> web.Response:
         from agent_core.data.availability import SOURCE_CHECKS
 
         SOURCE_CHECKS.recheck_due(sources.values(), runtime.settings.access_policy)
-        body["sources"] = SOURCE_CHECKS.status(sources)
+        body["sources"] = SOURCE_CHECKS.status(sources.values())
     # Reported, not required: accepted events wait durably while a worker restarts.
     if (workers := request.app[WORKERS]) is not None:
         body["workers"] = {"ready": workers.ready, "configured": workers.count}

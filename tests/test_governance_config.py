@@ -129,7 +129,7 @@ async def test_an_unavailable_source_opens_once_its_check_passes(tmp_path: Path)
             await tool.run(args, ctx)
         now[0] += 31
         assert (await tool.run(args, ctx)).rows == [[42]]
-        assert checks.status(["dwh"]) == {"dwh": "available"}
+        assert checks.status([cfg]) == {"dwh": "available"}
     finally:
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f"DROP ROLE {role}")
