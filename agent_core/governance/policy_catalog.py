@@ -17,6 +17,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
+from agent_core.data.errors import TableNotFound
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.governance.policy import SourcePolicy
 from agent_core.governance.rewrite import TableKey, fold
@@ -56,7 +57,10 @@ def check_policy_names(cfg: DataSourceConfig, governed: SourcePolicy) -> PolicyC
             continue
         named = [*table.hidden_columns, *(c for granted in table.column_grants.values() for c in granted)]
         for match in found:
-            columns = [c.name for c in describe_source_table(cfg, match.name, match.schema_name).columns]
+            try:
+                columns = [c.name for c in describe_source_table(cfg, match.name, match.schema_name).columns]
+            except TableNotFound:  # dropped since it was listed
+                continue
             unknown = sorted({c for c in named if fold(c) not in {fold(n) for n in columns}})
             if unknown:
                 check.errors.append(
