@@ -219,7 +219,10 @@ def test_views_child_tables_and_partitions_of_a_protected_table_are_found_on_pos
         cfg = DataSourceConfig(name="dwh", url=url)
         policy = SourcePolicy.model_validate({
             "groups": ["default"],
-            "tables": {"orders": {"hidden_columns": ["customer_id"]}, "ledger": {"row_filters": {"default": "id > 0"}}},
+            "tables": {
+                f"{schema}.orders": {"hidden_columns": ["customer_id"]},
+                f"{schema}.ledger": {"row_filters": {"default": "id > 0"}},
+            },
         })  # fmt: skip
         check = check_policy_names(cfg, policy)
         assert check.errors == []
@@ -230,4 +233,4 @@ def test_views_child_tables_and_partitions_of_a_protected_table_are_found_on_pos
         ]
         misspelt = SourcePolicy.model_validate({"groups": ["default"], "tables": {"ordres": {"hidden_columns": ["customer_id"]}}})
         [error] = check_policy_names(cfg, misspelt).errors
-        assert error.startswith("source 'dwh' has no table 'ordres' (did you mean ") and f"{schema}.orders" in error
+        assert error.startswith("source 'dwh' has no table 'ordres' (did you mean ") and "orders" in error
