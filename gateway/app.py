@@ -93,7 +93,7 @@ async def readyz(request: web.Request) -> web.Response:
         from agent_core.data.availability import SOURCE_CHECKS
 
         SOURCE_CHECKS.recheck_due(sources.values(), runtime.settings.access_policy)
-        body["sources"] = SOURCE_CHECKS.status(sources)
+        body["sources"] = SOURCE_CHECKS.status(sources.values())
     # Reported, not required: a refused token is fixed in configuration, not by routing
     # traffic to another replica with the same one.
     checks = {name: check() for name, check in request.app[CREDENTIALS].items()}

@@ -179,3 +179,26 @@ async def test_no_session_can_declare_the_retention_cut_off(pg_service: str) -> 
     finally:
         await engine.dispose()
 
+
+
+async def test_a_source_closed_here_is_a_recorded_refusal_for_every_tool(
+    tmp_path: Path, audit_engine: AsyncEngine, governed_env: dict[str, str]
+) -> None:
+    source = {**json.loads(governed_env["BA_DATASOURCES"])["dwh"], "allowed_channels": ["C0SALES"]}
+    env = {**governed_env, "BA_DATASOURCES": json.dumps({"dwh": source})}
+    settings = load_settings(_env_file=None, BA_DATA_DIR=str(tmp_path / "data"), **env)
+    registry = ToolRegistry(default_tools(settings, session_factory(audit_engine)))
+
+    async def call(user: str, channel: str, name: str, **tool_input: object) -> str:
+        ctx = RunContext(thread_id="slack:T1:x:1.1", data_dir=tmp_path / "data", channel=channel, user=user,
+                         is_dm=channel.startswith("D"), chat=ChatOrigin(platform="slack", workspace="T1"))  # fmt: skip
+        return (await registry.execute(ToolUseBlock(id=f"toolu_{name}_{user}", name=name, input=tool_input), ctx)).observation
+
+    # U0OTHER is in no group of the policy; the source's allowlist opens it in C0SALES only.
+    assert "not open to" in await call("U0OTHER", "C0SALES", "describe_table", table="dwh:orders")
+    assert "not available" in await call("U01EAST", "D1", "sql_query", source="dwh", sql="SELECT 1 AS one FROM orders")
+    recorded = [(e.tool, e.user_id, e.outcome, e.error) for e in await read_audit(session_factory(audit_engine))]
+    assert recorded == [
+        ("describe_table", "U0OTHER", "refused", "AccessDenied"),
+        ("sql_query", "U01EAST", "refused", "DataSourceNotAllowed"),
+    ]

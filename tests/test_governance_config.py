@@ -17,11 +17,14 @@ import pytest
 from agent_core.data.access import SourceAccess
 from agent_core.data.availability import REVALIDATE_AFTER_S, SourceChecks
 from agent_core.data.source_config import DataSourceConfig
+from agent_core.governance.policy import SourcePolicy
+from agent_core.governance.policy_catalog import check_policy_names
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.tools.base import ToolError
 from agent_core.tools.sql import SqlQueryInput, SqlQueryTool
 from gateway.config import load_settings
 from gateway.startup_checks import verify_monitors_file
+from tests.readonly_warehouse import postgres_readonly
 from tests.serve_process import BA_AGENT, clean_env, free_port, start, stop, wait_healthy
 from tests.test_semantic import build_duckdb
 from tests.test_sources import PG_URL
@@ -129,7 +132,7 @@ async def test_an_unavailable_source_opens_once_its_check_passes(tmp_path: Path)
             await tool.run(args, ctx)
         now[0] += 31
         assert (await tool.run(args, ctx)).rows == [[42]]
-        assert checks.status(["dwh"]) == {"dwh": "available"}
+        assert checks.status([cfg]) == {"dwh": "available"}
     finally:
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f"DROP ROLE {role}")
@@ -202,3 +205,32 @@ async def test_a_source_whose_catalog_no_longer_matches_the_policy_is_closed_whe
     now[0] += REVALIDATE_AFTER_S
     with pytest.raises(ToolError, match="names what it lacks: source 'dwh' has no table 'orders'"):
         await tool.run(count, ctx)
+
+
+def test_views_child_tables_and_partitions_of_a_protected_table_are_found_on_postgresql() -> None:
+    def fill(conn: psycopg.Connection, schema: str) -> None:
+        conn.execute(f"CREATE TABLE {schema}.orders (id int, region text, customer_id int) PARTITION BY LIST (region)")
+        conn.execute(f"CREATE TABLE {schema}.orders_east PARTITION OF {schema}.orders FOR VALUES IN ('East')")
+        conn.execute(f"CREATE VIEW {schema}.all_orders AS SELECT id, region FROM {schema}.orders")
+        conn.execute(f"CREATE TABLE {schema}.ledger (id int, amount int)")
+        conn.execute(f"CREATE TABLE {schema}.ledger_2026 () INHERITS ({schema}.ledger)")
+
+    with postgres_readonly("polcat", fill) as (url, schema):
+        cfg = DataSourceConfig(name="dwh", url=url)
+        policy = SourcePolicy.model_validate({
+            "groups": ["default"],
+            "tables": {
+                f"{schema}.orders": {"hidden_columns": ["customer_id"]},
+                f"{schema}.ledger": {"row_filters": {"default": "id > 0"}},
+            },
+        })  # fmt: skip
+        check = check_policy_names(cfg, policy)
+        assert check.errors == []
+        assert sorted(w.split(" of source")[0] for w in check.warnings) == [
+            f"the child table {schema}.ledger_2026",
+            f"the partition {schema}.orders_east",
+            f"the view {schema}.all_orders",
+        ]
+        misspelt = SourcePolicy.model_validate({"groups": ["default"], "tables": {"ordres": {"hidden_columns": ["customer_id"]}}})
+        [error] = check_policy_names(cfg, misspelt).errors
+        assert error.startswith("source 'dwh' has no table 'ordres' (did you mean ") and "orders" in error

@@ -108,6 +108,22 @@ class SourceAccess:
         self.budget = budget if budget is not None else (audit.budget if audit is not None else None)
         self.columns = SourceColumns()  # each table's column names, asked once per process
 
+    async def record_refusal(self, ctx: RunContext, source: str, *, tool: str, error: str, sql: str = "") -> None:
+        """Record an attempt refused before any query was built (the source's allowlist or the
+        policy closes the source here). The refusal stands even if it cannot be recorded."""
+        if self.audit is None:
+            return
+        identity = Identity.of(ctx)
+        refused = DataAccess(
+            platform=identity.platform, user_id=identity.user, channel=identity.channel, source=source,
+            tool=tool, sql=sql, row_count=0, duration_ms=0.0, thread_id=ctx.thread_id,
+            tool_call_id=ctx.tool_call_id, approval_id=ctx.approval_id, outcome="refused", error=error,
+        )  # fmt: skip
+        try:
+            await self.audit.record(refused)
+        except AuditUnavailable:
+            return
+
     async def query(
         self,
         ctx: RunContext,

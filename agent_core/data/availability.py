@@ -50,42 +50,43 @@ class SourceChecks:
     """The privilege-check state of each source: passed, or unavailable with a reason."""
 
     def __init__(self, *, recheck_after_s: float = RECHECK_AFTER_S, clock: Callable[[], float] = time.monotonic) -> None:
-        self._passed: dict[str, float] = {}  # name → when it passed
-        self._unavailable: dict[str, tuple[str, float]] = {}  # name → (reason, when checked)
+        # By name and URL: a name configured anew (another database) is checked anew.
+        self._passed: dict[_Key, float] = {}  # when it passed
+        self._unavailable: dict[_Key, tuple[str, float]] = {}  # (reason, when checked)
         self._recheck_after_s = recheck_after_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._running: dict[str, asyncio.Task[None]] = {}  # background re-checks (`recheck_due`)
+        self._running: dict[_Key, asyncio.Task[None]] = {}  # background re-checks (`recheck_due`)
 
-    def mark_passed(self, name: str) -> None:
+    def mark_passed(self, cfg: DataSourceConfig) -> None:
         with self._lock:
-            self._passed[name] = self._clock()
-            self._unavailable.pop(name, None)
+            self._passed[_key(cfg)] = self._clock()
+            self._unavailable.pop(_key(cfg), None)
 
-    def mark_unavailable(self, name: str, reason: str) -> None:
+    def mark_unavailable(self, cfg: DataSourceConfig, reason: str) -> None:
         with self._lock:
-            self._passed.pop(name, None)
-            self._unavailable[name] = (reason, self._clock())
+            self._passed.pop(_key(cfg), None)
+            self._unavailable[_key(cfg)] = (reason, self._clock())
 
-    def status(self, names: Iterable[str]) -> dict[str, str]:
+    def status(self, configs: Iterable[DataSourceConfig]) -> dict[str, str]:
         """``available``, ``unavailable: <reason>`` or ``not checked yet``, per source name."""
         shown: dict[str, str] = {}
-        for name in names:
-            if name in self._passed:
-                shown[name] = "available"
-            elif name in self._unavailable:
-                shown[name] = f"unavailable: {self._unavailable[name][0]}"
+        for cfg in configs:
+            if _key(cfg) in self._passed:
+                shown[cfg.name] = "available"
+            elif _key(cfg) in self._unavailable:
+                shown[cfg.name] = f"unavailable: {self._unavailable[_key(cfg)][0]}"
             else:
-                shown[name] = "not checked yet"
+                shown[cfg.name] = "not checked yet"
         return shown
 
-    def due(self, name: str) -> bool:
-        """True when ``name`` has not passed and its last check is old enough to try again, or
+    def due(self, cfg: DataSourceConfig) -> bool:
+        """True when ``cfg`` has not passed and its last check is old enough to try again, or
         passed long enough ago to be checked again."""
-        passed = self._passed.get(name)
+        passed = self._passed.get(_key(cfg))
         if passed is not None:
             return self._clock() - passed >= REVALIDATE_AFTER_S
-        checked = self._unavailable.get(name)
+        checked = self._unavailable.get(_key(cfg))
         return checked is None or self._clock() - checked[1] >= self._recheck_after_s
 
     def check(self, cfg: DataSourceConfig, governed: SourcePolicy | None = None) -> None:
@@ -95,7 +96,7 @@ class SourceChecks:
         try:
             problems = check_source_privileges(cfg)
             if problems and not cfg.allow_privileged:
-                self.mark_unavailable(cfg.name, PRIVILEGED)
+                self.mark_unavailable(cfg, PRIVILEGED)
                 return
             if governed is not None:
                 from agent_core.governance.policy_catalog import check_policy_names
@@ -103,35 +104,42 @@ class SourceChecks:
                 errors = check_policy_names(cfg, governed).errors
                 if errors:
                     reason = f"the access policy (BA_ACCESS_POLICY) names what it lacks: {'; '.join(errors)}"
-                    self.mark_unavailable(cfg.name, reason)
+                    self.mark_unavailable(cfg, reason)
                     return
         except DataError:
-            self.mark_unavailable(cfg.name, UNREACHABLE)
+            self.mark_unavailable(cfg, UNREACHABLE)
             return
-        self.mark_passed(cfg.name)
+        self.mark_passed(cfg)
 
     async def ensure(self, cfg: DataSourceConfig, governed: SourcePolicy | None = None) -> None:
         """Return when ``cfg`` has passed its checks (checking again when due); raise
         `SourceUnavailable` otherwise. ``governed``: the policy of the source, if any."""
-        if self.due(cfg.name):
+        if self.due(cfg):
             await asyncio.to_thread(self.check, cfg, governed)  # a second caller meanwhile checks too: harmless
-        if cfg.name not in self._passed:
-            reason = self._unavailable.get(cfg.name, (UNREACHABLE, 0.0))[0]
+        if _key(cfg) not in self._passed:
+            reason = self._unavailable.get(_key(cfg), (UNREACHABLE, 0.0))[0]
             raise SourceUnavailable(cfg.name, reason)
 
     def recheck_due(self, configs: Iterable[DataSourceConfig], policy: AccessPolicy | None = None) -> None:
         """Start, in the background, the check of every source of ``configs`` that is due
         (for ``/readyz``, which reports the state without waiting for a database)."""
         for cfg in configs:
-            if self.due(cfg.name) and cfg.name not in self._running:
+            if self.due(cfg) and _key(cfg) not in self._running:
                 governed = policy.sources.get(cfg.name) if policy is not None else None
-                self._running[cfg.name] = asyncio.create_task(self._check_in_thread(cfg, governed))
+                self._running[_key(cfg)] = asyncio.create_task(self._check_in_thread(cfg, governed))
 
     async def _check_in_thread(self, cfg: DataSourceConfig, governed: SourcePolicy | None) -> None:
         try:
             await asyncio.to_thread(self.check, cfg, governed)
         finally:
-            self._running.pop(cfg.name, None)
+            self._running.pop(_key(cfg), None)
+
+
+_Key = tuple[str, str]
+
+
+def _key(cfg: DataSourceConfig) -> _Key:
+    return cfg.name, cfg.url
 
 
 SOURCE_CHECKS = SourceChecks()

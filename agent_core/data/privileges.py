@@ -156,7 +156,7 @@ def verify_sources(
         try:
             problems = check_source_privileges(cfg)
         except DataError as error:
-            SOURCE_CHECKS.mark_unavailable(cfg.name, UNREACHABLE)
+            SOURCE_CHECKS.mark_unavailable(cfg, UNREACHABLE)
             if strict:
                 refused[cfg.name] = [f"its privileges could not be checked ({error})"]
             else:
@@ -168,7 +168,7 @@ def verify_sources(
                 )
             continue
         if not problems or cfg.allow_privileged:
-            SOURCE_CHECKS.mark_passed(cfg.name)
+            SOURCE_CHECKS.mark_passed(cfg)
         if not problems:
             continue
         if cfg.allow_privileged:

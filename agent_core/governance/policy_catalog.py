@@ -17,6 +17,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
+from agent_core.data.errors import TableNotFound
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.governance.policy import SourcePolicy
 from agent_core.governance.rewrite import TableKey, fold
@@ -37,6 +38,8 @@ def check_policy_names(cfg: DataSourceConfig, governed: SourcePolicy) -> PolicyC
 
     Raises the data layer's errors when the catalog cannot be read.
     """
+    from sqlalchemy.exc import NoSuchTableError
+
     from agent_core.data.sources import describe_source_table, list_source_tables
 
     check = PolicyCheck()
@@ -55,14 +58,14 @@ def check_policy_names(cfg: DataSourceConfig, governed: SourcePolicy) -> PolicyC
             check.errors.append(f"source {cfg.name!r} has no table {name!r}{hint}")
             continue
         named = [*table.hidden_columns, *(c for granted in table.column_grants.values() for c in granted)]
+        # An unqualified name protects the table of that name in every schema: a column is
+        # unknown when none of them has it.
+        seen: list[str] = []
         for match in found:
-            columns = [c.name for c in describe_source_table(cfg, match.name, match.schema_name).columns]
-            unknown = sorted({c for c in named if fold(c) not in {fold(n) for n in columns}})
-            if unknown:
-                check.errors.append(
-                    f"table {name!r} of source {cfg.name!r} has no column {', '.join(map(repr, unknown))} "
-                    f"(its columns: {', '.join(columns)})"
-                )
+            try:
+                seen += [c.name for c in describe_source_table(cfg, match.name, match.schema_name).columns]
+            except (TableNotFound, NoSuchTableError):  # dropped since it was listed
+                continue
             for schema, reader, kind in _readers(cfg, match.schema_name or "main", match.name):
                 if TableKey(fold(reader), fold(schema)) in protected or TableKey(fold(reader), None) in protected:
                     continue
@@ -71,6 +74,12 @@ def check_policy_names(cfg: DataSourceConfig, governed: SourcePolicy) -> PolicyC
                     "but the access policy does not list it: its rows are not filtered (list it, or do not "
                     "grant the bot's role access to it)"
                 )
+        unknown = sorted({c for c in named if fold(c) not in {fold(n) for n in seen}})
+        if unknown:
+            columns = ", ".join(dict.fromkeys(seen))
+            check.errors.append(
+                f"table {name!r} of source {cfg.name!r} has no column {', '.join(map(repr, unknown))} (its columns: {columns})"
+            )
     return check
 
 

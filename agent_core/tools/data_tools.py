@@ -39,6 +39,7 @@ from agent_core.tools.sql import (
     conversation_database,
     data_errors,
     demo_database,
+    open_source,
     require_open_source,
     usable_sources,
 )
@@ -242,8 +243,7 @@ class DescribeTableTool(Tool[DescribeTableInput]):
         name = args.table.strip()
         if ":" in name:
             source, _, rest = name.partition(":")
-            cfg = allowed_source(self._access.datasources, source.strip(), ctx)
-            require_open_source(self._access.policy, cfg.name, ctx)
+            cfg = await open_source(self._access, source.strip(), ctx, tool=self.name)
             schema, table = _split_qualified(rest)
             with data_errors():
                 return await self._access.run(

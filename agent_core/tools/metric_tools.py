@@ -24,9 +24,9 @@ from agent_core.tools.base import ErrorType, Tool, ToolError
 from agent_core.tools.sql import (
     DEFAULT_BYTE_CAP,
     DEFAULT_QUERY_TIMEOUT_S,
-    allowed_source,
     capped_result,
     data_errors,
+    open_source,
     query_conversation_data,
     require_open_source,
     usable_sources,
@@ -223,8 +223,7 @@ async def run_metric_query(
             ctx, compiled.sql, max_rows=row_cap, byte_cap=byte_cap, metrics=metrics, period=period
         )
     else:
-        cfg = allowed_source(catalog.datasources, semantics.source, ctx)
-        require_open_source(catalog.policy, cfg.name, ctx)
+        cfg = await open_source(catalog.access, semantics.source, ctx, tool=tool, sql=compiled.sql)
         with data_errors():
             governed = await catalog.access.query(
                 ctx,

@@ -209,6 +209,20 @@ def allowed_source(
     return cfg
 
 
+async def open_source(access: SourceAccess, name: str, ctx: RunContext, *, tool: str, sql: str = "") -> DataSourceConfig:
+    """`allowed_source` and `require_open_source` together, for a tool about to read ``name``
+    through ``access``: a refusal is recorded in the audit trail like any refused attempt."""
+    try:
+        cfg = allowed_source(access.datasources, name, ctx)
+        require_open_source(access.policy, cfg.name, ctx)
+    except ToolError as exc:
+        if exc.error_type is ErrorType.PERMISSION_DENIED:
+            kind = type(exc.__cause__).__name__ if exc.__cause__ is not None else DataSourceNotAllowed.__name__
+            await access.record_refusal(ctx, name, tool=tool, error=kind, sql=sql)
+        raise
+    return cfg
+
+
 def usable_sources(datasources: Mapping[str, DataSourceConfig], ctx: RunDeps) -> list[str]:
     """Names of the configured sources this conversation's channel and user may query."""
     return sorted(n for n, cfg in datasources.items() if is_allowed(cfg, ctx.channel, ctx.user))
@@ -291,7 +305,7 @@ class SqlQueryTool(Tool):
                 byte_cap=self._byte_cap,
                 timeout_s=self._query_timeout_s,
             )
-        cfg = allowed_source(self._access.datasources, args.source, ctx)
+        cfg = await open_source(self._access, args.source, ctx, tool=self.name, sql=args.sql)
         # The source's own row cap and statement timeout still apply if they are smaller.
         with data_errors():
             result = await self._access.query(
