@@ -322,6 +322,7 @@ class SchemaSearch:
         self._load_metrics = metrics
         self._metrics: list[MetricDocument] | None = None
         self._index: tuple[object, SchemaIndex] | None = None
+        self._building = asyncio.Lock()
 
     async def search(
         self, question: str, usable: Collection[str], limit: int, access: CatalogAccess | None = None
@@ -332,6 +333,10 @@ class SchemaSearch:
         return result
 
     async def index(self) -> SchemaIndex:
+        async with self._building:  # searches arriving during a build wait for it, not build too
+            return await self._current_index()
+
+    async def _current_index(self) -> SchemaIndex:
         version = await self._store.version()
         if self._index is None or self._index[0] != version:
             if self._metrics is None:
