@@ -19,7 +19,7 @@ import heapq
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -35,10 +35,11 @@ from agent_core.catalog.refresh import refresh_catalog
 from agent_core.catalog.store import CatalogStore
 from agent_core.catalog.text import terms
 from agent_core.data.source_config import DataSourceConfig
-from agent_core.governance.audience import TableView
-from agent_core.governance.catalog_access import CatalogAccess, shows_row_data, visible_column
 from agent_core.messages import utcnow
 from agent_core.semantic.model import DEMO_SOURCE  # the demo data: open to every conversation
+
+if TYPE_CHECKING:  # the governance modules import sqlglot: only searches under a policy need them
+    from agent_core.governance.catalog_access import CatalogAccess
 
 MAX_COLUMNS_SHOWN = 40  # per table; describe_table lists the rest
 MAX_EXAMPLES = 3
@@ -430,7 +431,11 @@ def _table_terms(table: CatalogTable, questions: list[str]) -> dict[str, float]:
 def visible_part(table: CatalogTable, access: CatalogAccess | None) -> CatalogTable:
     """``table`` as ``access`` lets its audience see it: without the columns it may not read,
     and without sample values and row count when its rows are filtered."""
-    view: TableView | None = access.view(table.source, table.schema_name, table.name) if access else None
+    if access is None:
+        return table
+    from agent_core.governance.catalog_access import shows_row_data, visible_column
+
+    view = access.view(table.source, table.schema_name, table.name)
     if view is None:
         return table
     rows_shown = shows_row_data(view)
