@@ -174,7 +174,7 @@ class SchemaIndex:
 
     def rank(self, query: list[str], usable: Collection[str], limit: int) -> tuple[list[int], list[Group], dict[int, float]]:
         """The numbers of the ``limit`` best tables of the ``usable`` sources, best first; the
-        groups of several tables among them; each table's own first-stage score."""
+        groups of several tables among them; each table's ranking score."""
         items = self._tables.items
         weights = self._query_weights(query)
         everywhere = self._sources <= set(usable)
@@ -199,7 +199,7 @@ class SchemaIndex:
         order = heapq.nsmallest(limit, final, key=lambda number: (-final[number], number))
         shown = set(order)
         joined = [group for group in groups if len(group.tables) > 1 and shown.issuperset(group.tables)]
-        return order, joined, {number: totals[number] for number in order if number in totals}
+        return order, joined, {number: final[number] for number in order}
 
     def _members_of_best(self, schema_scores: dict[int, float], usable: Collection[str]) -> set[int]:
         best = sorted(schema_scores, key=lambda number: -schema_scores[number])[:SCHEMA_FILL]
