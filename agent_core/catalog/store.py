@@ -126,8 +126,9 @@ class CatalogStore:
             columns_table.c.source, columns_table.c.table_no, columns_table.c.position
         )
         async with self._sessions() as session:
-            table_rows = (await session.execute(table_stmt)).all()
-            column_rows = (await session.execute(column_stmt)).all()
+            connection = await session.connection()
+            table_rows = (await connection.execute(table_stmt)).all()
+            column_rows = (await connection.execute(column_stmt)).all()
         columns: dict[tuple[str, int], list[CatalogColumn]] = {}
         for row in column_rows:
             columns.setdefault((row.source, row.table_no), []).append(
