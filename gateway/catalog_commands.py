@@ -68,7 +68,7 @@ def _search(args: argparse.Namespace) -> int:
 
 
 async def _run_search(settings: Settings, question: str, limit: int) -> int:
-    from agent_core.tools.schema_tools import schema_search
+    from agent_core.catalog.service import schema_search
 
     async with _sessions(settings) as sessions:
         # The examples file was checked at start-up (verify_examples_file).

@@ -118,3 +118,22 @@ def test_a_verified_example_lends_its_words_to_the_tables_its_sql_reads() -> Non
     found = SchemaIndex(tables, [example], []).search("customer churn by segment", ["dwh"], 3)
     assert found.tables[0].name == "mart.cust_attr_m"
     assert [e.question for e in found.examples] == ["Monthly churn rate by customer segment"]
+
+
+def test_a_column_named_after_a_table_joins_that_tables_key() -> None:
+    """No key declared: ``countrylanguage.CountryCode`` is ``country.Code``, ``city.CountryCode`` too."""
+    columns = {
+        "country": [("Code", "text"), ("Name", "text"), ("Continent", "text"), ("Population", "integer")],
+        "countrylanguage": [("CountryCode", "text"), ("Language", "text"), ("IsOfficial", "text")],
+        "city": [("ID", "integer"), ("Name", "text"), ("CountryCode", "text"), ("Population", "integer")],
+    }
+    tables = [
+        CatalogTable(source="dwh", schema_name="world", name=name, kind="table",
+                     columns=[CatalogColumn(name=c, type=t) for c, t in cols])
+        for name, cols in columns.items()
+    ]  # fmt: skip
+    result = SchemaIndex(tables, [], []).search("official languages of countries and their cities", ["dwh"], 3)
+    joins = {hit.name: {(j.table, j.on, j.declared) for j in hit.joins} for hit in result.tables}
+    language = ("world.country", 'world.countrylanguage."CountryCode" = world.country."Code"', False)
+    assert language in joins["world.countrylanguage"]
+    assert ("world.country", 'world.city."CountryCode" = world.country."Code"', False) in joins["world.city"]

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from agent_core.catalog.models import CatalogTable
 from agent_core.catalog.text import identifier_parts, stem
 
-KEY_PARTS = frozenset({"id", "code", "key", "no", "num", "number", "pk", "fk", "uid", "sk", "cd"})
+# Stemmed as column names are (``code`` → ``cod``).
+KEY_PARTS = frozenset(stem(word) for word in ("id", "code", "key", "no", "num", "number", "pk", "fk", "uid", "sk", "cd"))
+_BARE_KEYS = frozenset((stem(word),) for word in ("id", "key", "code"))
 # A column shared by this many tables of one schema is a dimension everyone carries
 # (``tenant_id``), not a join that says anything.
 MAX_SHARED = 12
@@ -65,7 +67,7 @@ def _table_keys(table: CatalogTable) -> list[str]:
     keys = []
     for column in table.columns:
         parts = _parts(column.name)
-        if parts in (("id",), ("key",), ("code",)) or (_key_like(parts) and parts[:-1] and parts[:-1] == own[-len(parts[:-1]) :]):
+        if parts in _BARE_KEYS or (_key_like(parts) and parts[:-1] and parts[:-1] == own[-len(parts[:-1]) :]):
             keys.append(column.name)
     if not keys and table.columns and _key_like(_parts(table.columns[0].name)):
         keys.append(table.columns[0].name)

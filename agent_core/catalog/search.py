@@ -19,7 +19,7 @@ import heapq
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -35,10 +35,11 @@ from agent_core.catalog.refresh import refresh_catalog
 from agent_core.catalog.store import CatalogStore
 from agent_core.catalog.text import terms
 from agent_core.data.source_config import DataSourceConfig
-from agent_core.governance.audience import TableView
-from agent_core.governance.catalog_access import CatalogAccess, shows_row_data, visible_column
 from agent_core.messages import utcnow
 from agent_core.semantic.model import DEMO_SOURCE  # the demo data: open to every conversation
+
+if TYPE_CHECKING:  # the governance modules import sqlglot: only searches under a policy need them
+    from agent_core.governance.catalog_access import CatalogAccess
 
 MAX_COLUMNS_SHOWN = 40  # per table; describe_table lists the rest
 MAX_EXAMPLES = 3
@@ -173,7 +174,7 @@ class SchemaIndex:
 
     def rank(self, query: list[str], usable: Collection[str], limit: int) -> tuple[list[int], list[Group], dict[int, float]]:
         """The numbers of the ``limit`` best tables of the ``usable`` sources, best first; the
-        groups of several tables among them; each table's own first-stage score."""
+        groups of several tables among them; each table's ranking score."""
         items = self._tables.items
         weights = self._query_weights(query)
         everywhere = self._sources <= set(usable)
@@ -198,7 +199,7 @@ class SchemaIndex:
         order = heapq.nsmallest(limit, final, key=lambda number: (-final[number], number))
         shown = set(order)
         joined = [group for group in groups if len(group.tables) > 1 and shown.issuperset(group.tables)]
-        return order, joined, {number: totals[number] for number in order if number in totals}
+        return order, joined, {number: final[number] for number in order}
 
     def _members_of_best(self, schema_scores: dict[int, float], usable: Collection[str]) -> set[int]:
         best = sorted(schema_scores, key=lambda number: -schema_scores[number])[:SCHEMA_FILL]
@@ -322,6 +323,7 @@ class SchemaSearch:
         self._load_metrics = metrics
         self._metrics: list[MetricDocument] | None = None
         self._index: tuple[object, SchemaIndex] | None = None
+        self._building = asyncio.Lock()
 
     async def search(
         self, question: str, usable: Collection[str], limit: int, access: CatalogAccess | None = None
@@ -332,6 +334,10 @@ class SchemaSearch:
         return result
 
     async def index(self) -> SchemaIndex:
+        async with self._building:  # searches arriving during a build wait for it, not build too
+            return await self._current_index()
+
+    async def _current_index(self) -> SchemaIndex:
         version = await self._store.version()
         if self._index is None or self._index[0] != version:
             if self._metrics is None:
@@ -425,7 +431,11 @@ def _table_terms(table: CatalogTable, questions: list[str]) -> dict[str, float]:
 def visible_part(table: CatalogTable, access: CatalogAccess | None) -> CatalogTable:
     """``table`` as ``access`` lets its audience see it: without the columns it may not read,
     and without sample values and row count when its rows are filtered."""
-    view: TableView | None = access.view(table.source, table.schema_name, table.name) if access else None
+    if access is None:
+        return table
+    from agent_core.governance.catalog_access import shows_row_data, visible_column
+
+    view = access.view(table.source, table.schema_name, table.name)
     if view is None:
         return table
     rows_shown = shows_row_data(view)

@@ -119,13 +119,16 @@ class CatalogStore:
 
     async def load(self) -> list[CatalogTable]:
         """Every stored table with its columns, in source and table order."""
-        table_stmt = select(CatalogTableRow).order_by(col(CatalogTableRow.source), col(CatalogTableRow.table_no))
-        column_stmt = select(CatalogColumnRow).order_by(
-            col(CatalogColumnRow.source), col(CatalogColumnRow.table_no), col(CatalogColumnRow.position)
+        # Core statements: plain rows, no ORM objects (a 10,000-table catalog has 50,000 columns).
+        tables, columns_table = table_of(CatalogTableRow), table_of(CatalogColumnRow)
+        table_stmt = tables.select().order_by(tables.c.source, tables.c.table_no)
+        column_stmt = columns_table.select().order_by(
+            columns_table.c.source, columns_table.c.table_no, columns_table.c.position
         )
         async with self._sessions() as session:
-            table_rows = (await session.exec(table_stmt)).all()
-            column_rows = (await session.exec(column_stmt)).all()
+            connection = await session.connection()
+            table_rows = (await connection.execute(table_stmt)).all()
+            column_rows = (await connection.execute(column_stmt)).all()
         columns: dict[tuple[str, int], list[CatalogColumn]] = {}
         for row in column_rows:
             columns.setdefault((row.source, row.table_no), []).append(

@@ -7,16 +7,14 @@ their tables only what that audience may read (`agent_core.governance.catalog_ac
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from agent_core.catalog.examples import load_examples
-from agent_core.catalog.metrics import metric_documents
 from agent_core.catalog.search import SchemaSearch
+from agent_core.catalog.service import schema_search
 from agent_core.config import AgentConfig
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.governance.audience import Identity
@@ -26,17 +24,6 @@ from agent_core.governance.policy import AccessPolicy
 from agent_core.run_context import RunContext
 from agent_core.tools.base import ErrorType, Tool, ToolError
 from agent_core.tools.sql import usable_sources
-
-
-def schema_search(config: AgentConfig, sessions: async_sessionmaker[AsyncSession]) -> SchemaSearch:
-    """Search over the catalog in the service database, with the configured examples and
-    metrics. Raises ExamplesFileError for an invalid ``BA_EXAMPLES_FILE`` (start-up then fails
-    with its file and line)."""
-    examples = load_examples(config.examples_file, config.datasources) if config.examples_file else []
-    metrics = partial(metric_documents, config.semantic_dir, config.datasources)
-    policy = config.access_policy
-    everyone = CatalogAccess.everyone(policy) if policy is not None else None
-    return SchemaSearch(sessions, config.datasources, examples, metrics, everyone)
 
 
 def search_schema_tool(config: AgentConfig, sessions: async_sessionmaker[AsyncSession]) -> SearchSchemaTool:
