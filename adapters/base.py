@@ -95,6 +95,10 @@ class Responder(Protocol):
     async def clear_progress(self, msg: InboundMessage) -> None:
         """Remove the progress indicator; best effort."""
 
+    async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
+        """The text of `msg`'s answer that an attempt which died while streaming left shown in
+        the chat ("" if none): a turn stopped then keeps it as its partial answer."""
+
     async def resolve_attachments(self, msg: InboundMessage) -> list[Attachment]:
         """The files to fetch for `msg`: its own, with any that stand for another message (a
         quoted file) replaced by that message's files."""

@@ -153,6 +153,9 @@ class InboundMessage(BaseModel):
     # Set on a scheduled run (a report: "report:<schedule id>"): nobody asks live, `user` is
     # its creator, whose access limits the run on top of where it posts (agent_core.governance).
     scheduled_run: str | None = None
+    # Set on a Stop click (Slack's agent session Stop, a Feishu card button; `text` is empty):
+    # the thread's running (or waiting) turn ends with its partial answer, marked stopped.
+    stop: bool = False
 
     @property
     def language(self) -> Language:

@@ -135,6 +135,9 @@ class ConsoleResponder:
     async def user_locale(self, user: str) -> str | None:
         return None  # a terminal has no user profile: the message's language decides
 
+    async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
+        return ""  # a cut streaming card is finished by the next attempt, not read back
+
     def dm_address(self, user: str) -> str | None:
         return user  # the terminal is the user's DM
 

@@ -426,6 +426,9 @@ class FeishuResponder:
     async def user_locale(self, user: str) -> str | None:
         return None  # Feishu events carry no locale: the message's language decides
 
+    async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
+        return ""  # a cut streaming card is finished by the next attempt, not read back
+
     def dm_address(self, user: str) -> str | None:
         return None  # Feishu posts to a chat id; a user's p2p chat id is known only inside it
 

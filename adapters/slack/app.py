@@ -31,7 +31,7 @@ from adapters.approval_clicks import accept_click
 from adapters.base import ConnectionStatus, GatewayServices, Handler, Route
 from adapters.slack.alerts import ACTIONS, already_done
 from adapters.slack.config import SlackConfig
-from adapters.slack.events import Ignored, MalformedEvent, candidate_thread, check_envelope, parse_event
+from adapters.slack.events import Ignored, MalformedEvent, candidate_thread, check_envelope, parse_event, parse_stop
 from adapters.slack.render import APPROVE_ACTION, REJECT_ACTION
 from adapters.slack.responder import SlackResponder
 
@@ -85,6 +85,8 @@ class SlackAdapter:
         )
         self.bolt.event("app_mention")(self._on_message)
         self.bolt.event("message")(self._on_message)
+        # Slack's native Stop on an agent session: the thread's turn ends (through the inbox).
+        self.bolt.event("agent_session_stopped")(self._on_stop)
         # Approve / Reject on an approval request: `block_actions` on the same URL (or socket).
         self.bolt.action(re.compile(f"^({APPROVE_ACTION}|{REJECT_ACTION})$"))(self._on_approval_click)
         # Acknowledge / Mute on a monitor's alert: the same verified path.
@@ -188,6 +190,15 @@ class SlackAdapter:
             return
         outcome = await self._accept(parsed)
         log.info("slack event %s %s (thread %s)", body.get("event_id"), outcome.value, parsed.thread)
+
+    async def _on_stop(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
+        team_id = body.get("team_id") or context.team_id or ""
+        parsed = parse_stop(body.get("event_id") or f"stop:{event.get('event_ts')}", team_id, event)
+        if isinstance(parsed, Ignored):
+            log.warning("slack event %s ignored: %s", body.get("event_id"), parsed.reason)
+            return
+        outcome = await self._accept(parsed)
+        log.info("slack stop %s %s (thread %s)", body.get("event_id"), outcome.value, parsed.thread)
 
     async def _on_approval_click(
         self, ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]

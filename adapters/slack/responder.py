@@ -17,7 +17,8 @@ from adapters.download import AttachmentError, download
 from adapters.slack.alerts import alert_blocks
 from adapters.slack.locales import UserLocales
 from adapters.slack.render import answer_messages, approval_blocks, provenance_message
-from adapters.slack.stream import SlackAnswerStream, StreamingSupport, retire_cut_streams
+from adapters.slack.stream import SlackAnswerStream, StreamingSupport, cut_streams, retire_cut_streams
+from adapters.slack.surface import AgentSurface, conversation_title
 from agent_core.governance.approval import ApprovalView
 from agent_core.messages import Attachment, InboundMessage, OutboundReply
 from agent_core.monitors.model import AlertView
@@ -45,6 +46,7 @@ class SlackResponder:
         self._streaming = StreamingSupport()
         self._bot_user_id: str | None = None
         self._locales = UserLocales(client)
+        self._surface = AgentSurface(self._web)
 
     async def user_locale(self, user: str) -> str | None:
         return await self._locales.of(user)
@@ -53,6 +55,16 @@ class SlackResponder:
         await self._best_effort(
             "reactions.add", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
         )
+        # An agent session in the thread: "processing" shows Slack's native Stop button.
+        if msg.reply_in_thread and msg.scheduled_run is None:
+            await self._surface.call(
+                "agents.sessions.setStatus",
+                status="processing",
+                channel_id=msg.channel,
+                thread_ts=msg.reply_in_thread,
+                title=conversation_title(msg.text),
+                initiator_user_id=msg.user,
+            )
 
     async def show_status(self, msg: InboundMessage, status: str) -> None:
         # The status line exists only in Slack's assistant threads (DM threads of AI apps).
@@ -138,6 +150,25 @@ class SlackResponder:
         await self._best_effort(
             "reactions.remove", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
         )
+        if msg.reply_in_thread and msg.scheduled_run is None:
+            await self._surface.call(
+                "agents.sessions.setStatus", status="active", channel_id=msg.channel, thread_ts=msg.reply_in_thread
+            )
+
+    async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
+        if not msg.reply_in_thread:
+            return ""
+        try:
+            if self._bot_user_id is None:
+                self._bot_user_id = str((await self._web().auth_test())["user_id"])
+            response = await self._web().conversations_replies(
+                channel=msg.channel, ts=msg.reply_in_thread, include_all_metadata=True, limit=200
+            )
+        except (SlackApiError, aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("could not read the unfinished reply in %s: %s", msg.channel, type(exc).__name__)
+            return ""
+        cut = cut_streams(response.get("messages") or [], msg, self._bot_user_id)
+        return "\n\n".join(str(m.get("text") or "") for m in cut if m.get("text"))
 
     def mention(self, user: str) -> str:
         return f"<@{user}> "

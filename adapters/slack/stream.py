@@ -281,24 +281,30 @@ async def retire_cut_streams(web: AsyncWebClient, msg: InboundMessage, bot_user_
     except SlackApiError as exc:
         log.debug("could not look for cut streams in %s: %s", msg.channel, exc.response.get("error"))
         return
-    for message in response.get("messages") or []:
+    for message in cut_streams(response.get("messages") or [], msg, bot_user_id):
         ts = str(message.get("ts"))
         meta = message.get("metadata") or {}
-        cut = (
-            message.get("user") == bot_user_id
-            and ts != thread_ts
-            and not message.get("files")
-            and (after is None or (_ts_order(ts) or (0, 0)) > after)
-            and (not meta or meta.get("event_type") == STREAM_EVENT_TYPE)
-        )
-        if not cut:
-            continue
         log.info("retiring the reply %s a crashed attempt left in %s", ts, msg.channel)
         with contextlib.suppress(SlackApiError):
             if not meta:
                 await web.chat_stopStream(channel=msg.channel, ts=ts)
         with contextlib.suppress(SlackApiError):
             await web.chat_delete(channel=msg.channel, ts=ts)
+
+
+def cut_streams(messages: list[dict[str, Any]], msg: InboundMessage, bot_user_id: str) -> list[dict[str, Any]]:
+    """Replies of ours among a thread's `messages`, after `msg`, that a crashed attempt left
+    unfinished: streams without metadata, and post + update replies never made final."""
+    after = _ts_order(msg.message_id)
+    return [
+        message
+        for message in messages
+        if message.get("user") == bot_user_id
+        and str(message.get("ts")) != msg.reply_in_thread
+        and not message.get("files")
+        and (after is None or (_ts_order(str(message.get("ts"))) or (0, 0)) > after)
+        and (not message.get("metadata") or (message.get("metadata") or {}).get("event_type") == STREAM_EVENT_TYPE)
+    ]
 
 
 def _ts_order(ts: str) -> tuple[int, int] | None:

@@ -223,6 +223,56 @@ def message(
     )
 
 
+def agent_session_stopped(
+    channel: str,
+    thread_ts: str,
+    user: str,
+    *,
+    streaming_message_ts: list[str] | None = None,
+    team: str = "T1",
+    event_id: str | None = None,
+    bot_user_id: str = "UBOT",
+    api_app_id: str = "A1",
+) -> dict[str, Any]:
+    """``user`` clicked the native Stop of the agent session in ``channel``/``thread_ts``
+    (https://docs.slack.dev/reference/events/agent_session_stopped): ``streaming_message_ts``
+    lists the app's streams Slack stopped (``FakeSlack.click_stop`` returns them)."""
+    event = {
+        "type": "agent_session_stopped",
+        "channel": channel,
+        "thread_ts": thread_ts,
+        "user": user,
+        "streaming_message_ts": streaming_message_ts or [],
+        "event_ts": f"{time.time():.6f}",
+    }
+    return _envelope(event, team=team, event_id=event_id, bot_user_id=bot_user_id, api_app_id=api_app_id)
+
+
+def assistant_thread_started(
+    user: str,
+    channel: str,
+    thread_ts: str,
+    *,
+    context_channel: str | None = None,
+    team: str = "T1",
+    event_id: str | None = None,
+    bot_user_id: str = "UBOT",
+    api_app_id: str = "A1",
+) -> dict[str, Any]:
+    """``user`` opened the app's messages tab / AI container, which started the assistant thread
+    ``channel``/``thread_ts`` (https://docs.slack.dev/reference/events/assistant_thread_started);
+    ``context_channel``: the channel they were viewing."""
+    context: dict[str, Any] = {"team_id": team, "enterprise_id": None}
+    if context_channel:
+        context["channel_id"] = context_channel
+    event = {
+        "type": "assistant_thread_started",
+        "assistant_thread": {"user_id": user, "context": context, "channel_id": channel, "thread_ts": thread_ts},
+        "event_ts": f"{time.time():.6f}",
+    }
+    return _envelope(event, team=team, event_id=event_id, bot_user_id=bot_user_id, api_app_id=api_app_id)
+
+
 def block_actions(
     message: dict[str, Any],
     action_id: str,
