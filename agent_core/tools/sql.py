@@ -28,6 +28,7 @@ from agent_core.data.errors import (
     TableNotFound,
     UnsafeSQLError,
 )
+from agent_core.data.interrupt import interruptible
 from agent_core.data.result_cap import cap_rows
 from agent_core.data.source_config import DataSourceConfig, is_allowed
 from agent_core.data.sql_guard import ensure_read_only
@@ -103,7 +104,7 @@ async def query_conversation_data(
     Raises ToolError (see :func:`data_errors`).
     """
     with data_errors():
-        result = await asyncio.to_thread(
+        result = await interruptible(
             run_duckdb_query,
             conversation_database(ctx),
             sql,
@@ -260,7 +261,7 @@ async def audited_source_work(
             return result
 
         try:
-            return await asyncio.to_thread(work, query)
+            return await interruptible(work, query)
         finally:  # what ran is recorded even when the work failed afterwards
             if audit is not None:
                 for access in ran:
