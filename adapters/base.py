@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVa
 from pydantic import BaseModel
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agent_core.i18n import Language
 from agent_core.messages import Attachment, InboundMessage, OutboundReply, ThreadKey
 
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from agent_core.catalog.learned import Proposal
     from agent_core.governance.approval import ApprovalView
     from agent_core.governance.approval_store import StoredApproval
     from agent_core.monitors.model import AlertView, MonitorAction
@@ -135,6 +137,11 @@ class Responder(Protocol):
     async def update_alert(self, alert: AlertView) -> None:
         """Replace the buttons of a posted alert with who acknowledged or muted it; best effort."""
 
+    async def ask_example_review(self, owner: str, proposal: Proposal, language: Language) -> bool:
+        """Ask a data owner in a DM to confirm or reject a proposed example (Approve / Reject
+        buttons naming `proposal.id`); False where the platform cannot (then `ba-agent
+        examples review` decides)."""
+
 
 # --- the platform plugin contract ------------------------------------------------------------
 
@@ -152,6 +159,31 @@ ActOnAlert = Callable[[str, "MonitorAction", str], Awaitable["AlertView | None"]
 
 
 @dataclass(frozen=True)
+class FeedbackClick:
+    """A person's 👍 (1) or 👎 (-1) on an answer, named by the answer's delivery id."""
+
+    platform: str
+    answer_id: str
+    user: str
+    rating: int
+
+
+class FeedbackActions(Protocol):
+    """Stores feedback on answers before the platform is answered (`gateway.feedback`)."""
+
+    async def rate(self, click: FeedbackClick) -> int | None:
+        """Record the click (the same one again withdraws it); the person's rating now (1, -1,
+        0 withdrawn), None when the answer is not one of ours on that platform."""
+
+    async def comment(self, platform: str, answer_id: str, user: str, text: str) -> bool:
+        """Keep the person's "what was wrong?" with their rating; False when there is none."""
+
+    async def decide_example(self, platform: str, proposal_id: int, approve: bool, user: str) -> Proposal | None:
+        """A data owner's decision on a proposed example; the proposal as it now stands, None
+        when it is unknown or `user` is not an owner of its source."""
+
+
+@dataclass(frozen=True)
 class GatewayServices:
     """What the gateway lends a platform adapter when it is built."""
 
@@ -159,6 +191,7 @@ class GatewayServices:
     is_live: IsLive
     approvals: LookupApproval | None = None  # None: approval buttons are not answered
     monitor_actions: ActOnAlert | None = None  # None: alert buttons are not answered
+    feedback: FeedbackActions | None = None  # None: feedback buttons are not answered
 
 
 @dataclass(frozen=True)

@@ -183,3 +183,5 @@ class OutboundReply(BaseModel):
     text: str
     files: list[OutboundFile] = Field(default_factory=list)
     provenance: Provenance | None = None
+    # Set on the agent's answers: the id 👍/👎 under it name (its delivery id).
+    answer_id: str | None = None

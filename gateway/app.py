@@ -11,6 +11,7 @@ from sqlalchemy import text
 from adapters.base import Handler
 from agent_core.store.call_stats import call_stats
 from gateway.config import Settings
+from gateway.feedback import FeedbackStore
 from gateway.metrics import render_metrics
 from gateway.migrate import upgrade
 from gateway.platforms import Platforms, build_platforms
@@ -83,7 +84,8 @@ async def readyz(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     stats = await call_stats(runtime.sessions)
-    body = render_metrics(stats, await runtime.inbox.open_events())
+    feedback = await FeedbackStore(runtime.engine).totals()
+    body = render_metrics(stats, await runtime.inbox.open_events(), feedback)
     return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
 

@@ -275,7 +275,7 @@ class Dispatcher:
             result = await stop_turn(partial, stop)
             if stream is not None:
                 await stream.close()
-            return OutboundReply(text=result.text)
+            return OutboundReply(text=result.text, answer_id=delivery_id)
         deps = self._run_deps(msg, thread_id)
         notes = await ingest_attachments(responder, msg, deps, self._upload_limits) if msg.attachments else []
 
@@ -284,7 +284,7 @@ class Dispatcher:
             return await agent.run_turn(thread_id, message, event_key=msg.dedupe_key, deps=deps, observer=observer)
 
         result = await self._traced(row, msg, thread_id, responder, delivery_id, turn, stop_turn)
-        return await self._reply_or_ask(result, msg, thread_id, responder)
+        return await self._reply_or_ask(result, msg, thread_id, responder, delivery_id)
 
     async def _traced(
         self,
@@ -343,11 +343,13 @@ class Dispatcher:
                 return stop
 
     async def _reply_or_ask(
-        self, result: TurnResult, msg: InboundMessage, thread_id: str, responder: Responder
+        self, result: TurnResult, msg: InboundMessage, thread_id: str, responder: Responder, delivery_id: str
     ) -> OutboundReply | None:
         """The answer to post, or None after posting the approval request the turn waits for."""
         if result.approval is None:
-            return OutboundReply(text=result.text, files=result.files, provenance=result.provenance)
+            return OutboundReply(
+                text=result.text, files=result.files, provenance=result.provenance, answer_id=delivery_id
+            )
         if self._approvals is None:
             raise RuntimeError("a turn paused for an approval, but approvals are not stored")
         approval = await self._approvals.open(thread_id, msg, result.approval, self._approval_ttl)
@@ -399,7 +401,7 @@ class Dispatcher:
             return await agent.stop_turn(thread_id, message, origin.dedupe_key, partial, note)
 
         result = await self._traced(row, origin, thread_id, responder, delivery_id, turn, stop_turn)
-        return await self._reply_or_ask(result, origin, thread_id, responder)
+        return await self._reply_or_ask(result, origin, thread_id, responder, delivery_id)
 
     async def _withdraw_approvals(self, thread_id: str, msg: InboundMessage, responder: Responder) -> None:
         """A new message in a thread supersedes the approvals it still waits for. The message

@@ -13,9 +13,10 @@ from agent_core.store.call_stats import CallStats
 class _Snapshot:
     """A collector over aggregates computed beforehand (the database query is async)."""
 
-    def __init__(self, stats: list[CallStats], open_events: int) -> None:
+    def __init__(self, stats: list[CallStats], open_events: int, feedback: dict[str, int] | None) -> None:
         self._stats = stats
         self._open_events = open_events
+        self._feedback = feedback or {}
 
     def collect(self) -> Iterator[Metric]:
         labels = ["kind", "name"]
@@ -37,10 +38,15 @@ class _Snapshot:
                     tokens.add_metric([s.name, kind], value)
         inbox = GaugeMetricFamily("ba_agent_inbox_open_events", "Accepted events not yet answered")
         inbox.add_metric([], self._open_events)
-        yield from (calls, duration, success, tokens, inbox)
+        feedback = GaugeMetricFamily(
+            "ba_agent_answer_feedback", "Current 👍 (helpful) and 👎 (not_helpful) ratings of answers", labels=["rating"]
+        )
+        for rating, count in sorted(self._feedback.items()):
+            feedback.add_metric([rating], count)
+        yield from (calls, duration, success, tokens, inbox, feedback)
 
 
-def render_metrics(stats: list[CallStats], open_events: int) -> bytes:
+def render_metrics(stats: list[CallStats], open_events: int, feedback: dict[str, int] | None = None) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(stats, open_events))
+    registry.register(_Snapshot(stats, open_events, feedback))
     return generate_latest(registry)

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.base import ConnectionStatus, GatewayServices, Platform, PlatformAdapter, Responder
+from agent_core.catalog.learned import LearnedExamples
 from gateway.config import Settings
+from gateway.feedback import Feedback, FeedbackStore
 from gateway.monitors import alert_actions
 from gateway.runtime import Runtime
 
@@ -24,6 +26,12 @@ def gateway_services(runtime: Runtime) -> GatewayServices:
         is_live=runtime.inbox.thread_is_live,
         approvals=runtime.approvals.get,
         monitor_actions=alert_actions(runtime.monitors),
+        feedback=Feedback(
+            FeedbackStore(runtime.engine),
+            LearnedExamples(runtime.sessions),
+            runtime.settings.access_policy,
+            runtime.responders,
+        ),
     )
 
 

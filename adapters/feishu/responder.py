@@ -28,6 +28,7 @@ from adapters.feishu.events import PLATFORM, attachments_of, quoted_message_id
 from adapters.feishu.monitor_card import alert_card
 from adapters.feishu.transport import FeishuApiError
 from adapters.markdown_tables import Table
+from agent_core.catalog.learned import Proposal
 from agent_core.governance.approval import ApprovalView
 from agent_core.i18n import Language, t
 from agent_core.messages import Attachment, InboundMessage, OutboundFile, OutboundReply
@@ -425,6 +426,9 @@ class FeishuResponder:
 
     async def user_locale(self, user: str) -> str | None:
         return None  # Feishu events carry no locale: the message's language decides
+
+    async def ask_example_review(self, owner: str, proposal: Proposal, language: Language) -> bool:
+        return False  # decided with `ba-agent examples review`
 
     async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
         return ""  # a cut streaming card is finished by the next attempt, not read back

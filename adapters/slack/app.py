@@ -28,11 +28,18 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.approval_clicks import accept_click
-from adapters.base import ConnectionStatus, GatewayServices, Handler, Route
+from adapters.base import ConnectionStatus, FeedbackClick, GatewayServices, Handler, Route
 from adapters.slack.alerts import ACTIONS, already_done
 from adapters.slack.config import SlackConfig
 from adapters.slack.events import Ignored, MalformedEvent, candidate_thread, check_envelope, parse_event, parse_stop
-from adapters.slack.render import APPROVE_ACTION, REJECT_ACTION
+from adapters.slack.render import (
+    APPROVE_ACTION,
+    EXAMPLE_APPROVE_ACTION,
+    EXAMPLE_REJECT_ACTION,
+    FEEDBACK_ACTION,
+    FEEDBACK_COMMENT_VIEW,
+    REJECT_ACTION,
+)
 from adapters.slack.responder import SlackResponder
 
 if TYPE_CHECKING:
@@ -66,6 +73,7 @@ class SlackAdapter:
         self._is_live = services.is_live
         self._approvals = services.approvals
         self._monitor_actions = services.monitor_actions
+        self._feedback = services.feedback
         self.client = AsyncWebClient(token=config.bot_token.get_secret_value(), base_url=config.api_url)
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=3))
         self.responder = SlackResponder(self.client)
@@ -91,6 +99,10 @@ class SlackAdapter:
         self.bolt.action(re.compile(f"^({APPROVE_ACTION}|{REJECT_ACTION})$"))(self._on_approval_click)
         # Acknowledge / Mute on a monitor's alert: the same verified path.
         self.bolt.action(re.compile(f"^({'|'.join(ACTIONS)})$"))(self._on_alert_click)
+        # 👍/👎 under answers, the "what was wrong?" modal, a data owner's decision on an example.
+        self.bolt.action(FEEDBACK_ACTION)(self._on_feedback)
+        self.bolt.view(FEEDBACK_COMMENT_VIEW)(self._on_feedback_comment)
+        self.bolt.action(re.compile(f"^({EXAMPLE_APPROVE_ACTION}|{EXAMPLE_REJECT_ACTION})$"))(self._on_example_decision)
         # Bolt answers 404 to events without a listener, and Slack retries those: acknowledge
         # every other subscribed event explicitly.
         self.bolt.event(re.compile(".*"))(self._on_other_event)
@@ -239,6 +251,45 @@ class SlackAdapter:
             if alert.acted_by != user_id:  # decided by someone else first
                 channel = (body.get("channel") or {}).get("id") or alert.channel
                 await self.responder.tell_privately(channel, user_id, already_done(alert), None)
+
+    async def _on_feedback(self, ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Store a 👍/👎 before Slack gets its acknowledgement; after a 👎, ask what was wrong."""
+        user_id = str((body.get("user") or {}).get("id") or "")
+        kind, _, answer_id = str(action.get("value") or "").partition(":")
+        rating = {"up": 1, "down": -1}.get(kind)
+        now = None
+        if self._feedback is not None and rating is not None and answer_id and user_id:
+            now = await self._feedback.rate(FeedbackClick(self.platform, answer_id, user_id, rating))
+        await ack()
+        log.info("slack feedback on %s: %s", answer_id, "unknown answer" if now is None else now)
+        if now == -1 and body.get("trigger_id"):
+            language = (await self.responder.language_of(user_id))
+            await self.responder.ask_what_was_wrong(str(body["trigger_id"]), answer_id, language)
+
+    async def _on_feedback_comment(self, ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
+        user_id = str((body.get("user") or {}).get("id") or "")
+        values = ((view.get("state") or {}).get("values") or {}).get("comment") or {}
+        text = str((values.get("comment") or {}).get("value") or "").strip()
+        answer_id = str(view.get("private_metadata") or "")
+        if self._feedback is not None and text and answer_id and user_id:
+            await self._feedback.comment(self.platform, answer_id, user_id, text)
+        await ack()
+
+    async def _on_example_decision(self, ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
+        user_id = str((body.get("user") or {}).get("id") or "")
+        proposal = None
+        value = str(action.get("value") or "")
+        if self._feedback is not None and value.isdigit() and user_id:
+            approve = action.get("action_id") == EXAMPLE_APPROVE_ACTION
+            proposal = await self._feedback.decide_example(self.platform, int(value), approve, user_id)
+        await ack()
+        log.info("slack example decision on %s: %s", value, proposal.status if proposal else "refused")
+        container = body.get("container") or {}
+        if proposal is not None and container.get("channel_id") and container.get("message_ts"):
+            language = await self.responder.language_of(user_id)
+            await self.responder.show_example_decision(
+                str(container["channel_id"]), str(container["message_ts"]), proposal, language
+            )
 
     async def _on_other_event(self, body: dict[str, Any]) -> None:
         log.debug("slack event %s acknowledged without action", body.get("event", {}).get("type"))

@@ -16,10 +16,20 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.download import AttachmentError, download
 from adapters.slack.alerts import alert_blocks
 from adapters.slack.locales import UserLocales
-from adapters.slack.render import answer_messages, approval_blocks, provenance_message
+from adapters.slack.render import (
+    answer_messages,
+    approval_blocks,
+    comment_view,
+    example_review_blocks,
+    feedback_block,
+    provenance_message,
+    with_blocks,
+)
 from adapters.slack.stream import SlackAnswerStream, StreamingSupport, cut_streams, retire_cut_streams
 from adapters.slack.surface import AgentSurface, conversation_title
+from agent_core.catalog.learned import Proposal
 from agent_core.governance.approval import ApprovalView
+from agent_core.i18n import Language, language_of_locale
 from agent_core.messages import Attachment, InboundMessage, OutboundReply
 from agent_core.monitors.model import AlertView
 from agent_core.provenance import ProvenanceWords
@@ -50,6 +60,10 @@ class SlackResponder:
 
     async def user_locale(self, user: str) -> str | None:
         return await self._locales.of(user)
+
+    async def language_of(self, user: str) -> Language:
+        """The language to write to `user` in outside an answer (a modal, a DM): their locale's."""
+        return language_of_locale(await self.user_locale(user)) or Language.EN
 
     async def show_progress(self, msg: InboundMessage) -> None:
         await self._best_effort(
@@ -100,15 +114,18 @@ class SlackResponder:
         if stream is not None and 0 in already:
             await stream.retire()
             stream = None
+        # 👍/👎 close the answer: under its provenance line, or under its last text part.
+        feedback = [feedback_block(reply.answer_id, msg.language)] if reply.answer_id else []
         for index, part in enumerate(parts):
             if index in already:
                 continue
             metadata = {"event_type": REPLY_EVENT_TYPE, "event_payload": {"delivery_id": delivery_id, "part": index}}
+            closing = feedback if index == len(parts) - 1 and reply.provenance is None else []
             # The streamed message becomes the first part: the answer appears once.
-            if index == 0 and stream is not None and await stream.finish(part.fields, metadata):
+            if index == 0 and stream is not None and await stream.finish(part.fields, metadata, closing):
                 continue
             await self._web().chat_postMessage(
-                channel=msg.channel, thread_ts=msg.reply_in_thread, metadata=metadata, **part.fields
+                channel=msg.channel, thread_ts=msg.reply_in_thread, metadata=metadata, **with_blocks(part.fields, closing)
             )
         # A table shown only in part: the whole of it as CSV, named by its content like the files.
         for table in (p.full_table for p in parts if p.full_table is not None):
@@ -143,7 +160,7 @@ class SlackResponder:
                     "event_type": REPLY_EVENT_TYPE,
                     "event_payload": {"delivery_id": delivery_id, "part": len(parts)},
                 },
-                **provenance_message(reply.provenance, ProvenanceWords.of(msg.language)),
+                **with_blocks(provenance_message(reply.provenance, ProvenanceWords.of(msg.language)), feedback),
             )
 
     async def clear_progress(self, msg: InboundMessage) -> None:
@@ -210,6 +227,23 @@ class SlackResponder:
             return
         text, blocks = alert_blocks(alert)
         await self._best_effort("chat.update", channel=alert.channel, ts=alert.message_ref, text=text, blocks=blocks)
+
+    async def ask_example_review(self, owner: str, proposal: Proposal, language: Language) -> bool:
+        text, blocks = example_review_blocks(proposal, language)
+        try:
+            await self._web().chat_postMessage(channel=owner, text=text, blocks=blocks)
+        except SlackApiError as exc:
+            log.warning("could not ask %s to review example %d: %s", owner, proposal.id, exc.response.get("error"))
+            return False
+        return True
+
+    async def show_example_decision(self, channel: str, ts: str, proposal: Proposal, language: Language) -> None:
+        text, blocks = example_review_blocks(proposal, language)
+        await self._best_effort("chat.update", channel=channel, ts=ts, text=text, blocks=blocks)
+
+    async def ask_what_was_wrong(self, trigger_id: str, answer_id: str, language: Language) -> None:
+        """The optional question after a 👎, as a modal (the click's trigger is valid 3 s)."""
+        await self._best_effort("views.open", trigger_id=trigger_id, view=comment_view(answer_id, language))
 
     async def tell_privately(self, channel: str, user: str, text: str, thread_ts: str | None) -> None:
         """An ephemeral note only ``user`` sees (a refused click); best effort."""

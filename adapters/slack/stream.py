@@ -27,7 +27,7 @@ from slack_sdk.models.messages.chunk import Chunk, TaskUpdateChunk
 from slack_sdk.web.async_chat_stream import AsyncChatStream
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.render import MAX_PART_CHARS
+from adapters.slack.render import MAX_PART_CHARS, with_blocks
 from agent_core.messages import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -135,9 +135,12 @@ class SlackAnswerStream:
         if self._pending and not self._broken:
             await self._flush()
 
-    async def finish(self, fields: dict[str, Any], metadata: dict[str, Any]) -> bool:
+    async def finish(
+        self, fields: dict[str, Any], metadata: dict[str, Any], closing: list[dict[str, Any]] | None = None
+    ) -> bool:
         """Make the streamed message the answer's first message (`fields` as chat.postMessage
-        takes them, and its metadata); False when nothing was shown, to post it instead."""
+        takes them, and its metadata, with the `closing` blocks under it: the feedback
+        buttons); False when nothing was shown, to post it instead."""
         await self._settle()
         if self._broken:
             await self.retire()
@@ -153,12 +156,16 @@ class SlackAnswerStream:
                     chunks=self._done_steps() or None,
                     # Until it reads as the answer, a crash leaves it to be replaced.
                     metadata=metadata if unchanged else stream_metadata(self._delivery_id),
+                    # Rendered under the streamed text (Slack's place for feedback buttons).
+                    blocks=(closing or None) if unchanged else None,
                 )
                 if unchanged:
                     return True
             except SlackApiError as exc:  # expired, say: it is still there to edit
                 log.info("slack stream %s did not stop: %s", self.ts, exc.response.get("error"))
-        await self._web().chat_update(channel=self._msg.channel, ts=self.ts, metadata=metadata, **fields)
+        await self._web().chat_update(
+            channel=self._msg.channel, ts=self.ts, metadata=metadata, **with_blocks(fields, closing or [])
+        )
         return True
 
     async def become(self, text: str, blocks: list[dict[str, Any]], metadata: dict[str, Any]) -> str | None:

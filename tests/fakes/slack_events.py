@@ -331,6 +331,85 @@ def block_actions(
     }
 
 
+def feedback_click(
+    message: dict[str, Any],
+    positive: bool,
+    user: str,
+    *,
+    team: str = "T1",
+    api_app_id: str = "A1",
+) -> dict[str, Any]:
+    """The ``block_actions`` payload of ``user`` clicking 👍 (``positive``) or 👎 of the
+    ``feedback_buttons`` in ``message``'s ``context_actions`` block (send it with
+    :func:`signed_interaction`)."""
+    element, block_id = next(
+        (element, block.get("block_id"))
+        for block in message.get("blocks", [])
+        if block.get("type") == "context_actions"
+        for element in block.get("elements", [])
+        if element.get("type") == "feedback_buttons"
+    )
+    button = element["positive_button" if positive else "negative_button"]
+    payload = _interaction(message, user, team=team, api_app_id=api_app_id)
+    payload["actions"] = [
+        {
+            "type": "feedback_buttons",
+            "action_id": element["action_id"],
+            "block_id": block_id,
+            "text": button["text"],
+            "value": button["value"],
+            "action_ts": f"{time.time():.6f}",
+        }
+    ]
+    return payload
+
+
+def view_submission(view: dict[str, Any], user: str, values: dict[str, dict[str, str]], *, team: str = "T1") -> dict[str, Any]:
+    """``user`` submitting the modal ``view`` (as ``FakeSlack.views`` holds it) with
+    ``values``: {block_id: {action_id: text}} for its plain-text inputs."""
+    state = {
+        block_id: {action_id: {"type": "plain_text_input", "value": text} for action_id, text in inputs.items()}
+        for block_id, inputs in values.items()
+    }
+    return {
+        "type": "view_submission",
+        "team": {"id": team, "domain": "fake"},
+        "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": team},
+        "api_app_id": "A1",
+        "token": VERIFICATION_TOKEN,
+        "trigger_id": f"{secrets.randbelow(10**10)}.{secrets.randbelow(10**10)}.{uuid.uuid4().hex}",
+        "view": {**view, "state": {"values": state}, "hash": uuid.uuid4().hex[:16]},
+        "response_urls": [],
+        "is_enterprise_install": False,
+        "enterprise": None,
+    }
+
+
+def _interaction(message: dict[str, Any], user: str, *, team: str, api_app_id: str) -> dict[str, Any]:
+    container = {
+        "type": "message",
+        "message_ts": message["ts"],
+        "channel_id": message["channel"],
+        "is_ephemeral": False,
+        **({"thread_ts": message["thread_ts"]} if message.get("thread_ts") else {}),
+    }
+    return {
+        "type": "block_actions",
+        "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": team},
+        "api_app_id": api_app_id,
+        "token": VERIFICATION_TOKEN,
+        "container": container,
+        "trigger_id": f"{secrets.randbelow(10**10)}.{secrets.randbelow(10**10)}.{uuid.uuid4().hex}",
+        "team": {"id": team, "domain": "fake"},
+        "enterprise": None,
+        "is_enterprise_install": False,
+        "channel": {"id": message["channel"], "name": "channel"},
+        "message": {k: message[k] for k in ("type", "ts", "text", "blocks", "thread_ts") if k in message},
+        "response_url": f"https://hooks.slack.com/actions/{team}/{secrets.randbelow(10**12)}/{uuid.uuid4().hex}",
+        "state": {"values": {}},
+    }
+
+
 def signed_interaction(
     payload: dict[str, Any], signing_secret: str, timestamp: int | None = None
 ) -> tuple[bytes, dict[str, str]]:
