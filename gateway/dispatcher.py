@@ -23,7 +23,7 @@ from agent_core.governance.approval import ApprovalStatus, may_decide, verdict_o
 from agent_core.governance.approval_store import ApprovalStore, StoredApproval
 from agent_core.hooks import TurnObserver
 from agent_core.i18n import t
-from agent_core.loop import AgentLoop, TurnResult
+from agent_core.loop import AgentLoop, TurnEnd, TurnResult
 from agent_core.messages import (
     ApprovalClick,
     InboundMessage,
@@ -347,8 +347,12 @@ class Dispatcher:
     ) -> OutboundReply | None:
         """The answer to post, or None after posting the approval request the turn waits for."""
         if result.approval is None:
+            rated = result.end in _RATED  # an answer, not an apology or a budget notice
             return OutboundReply(
-                text=result.text, files=result.files, provenance=result.provenance, answer_id=delivery_id
+                text=result.text,
+                files=result.files,
+                provenance=result.provenance,
+                answer_id=delivery_id if rated else None,
             )
         if self._approvals is None:
             raise RuntimeError("a turn paused for an approval, but approvals are not stored")
@@ -439,6 +443,7 @@ class Dispatcher:
         await self._ledger.mark_sent(delivery_id)
 
 
+_RATED = frozenset({TurnEnd.ANSWERED, TurnEnd.MAX_TOKENS, TurnEnd.STOPPED})
 _DECISIONS = {"approve": ApprovalStatus.APPROVED, "reject": ApprovalStatus.REJECTED}
 
 

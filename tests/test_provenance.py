@@ -85,7 +85,9 @@ async def test_a_slack_answer_from_sql_ends_with_its_provenance_and_sql(slack_st
     assert answers(slack) == [f"GMV held steady all week.\n\n{FAKE_SOURCE}"]  # the model's text as written
     [footer] = provenance_messages(slack)
     assert footer is thread_of(slack)[-1]  # it ends the answer
-    assert footer["blocks"] == [{"type": "context", "elements": [{"type": "mrkdwn", "text": WEEK_LINE}]}]
+    line, feedback = footer["blocks"]  # the provenance line, then 👍/👎 closing the answer
+    assert line == {"type": "context", "elements": [{"type": "mrkdwn", "text": WEEK_LINE}]}
+    assert feedback["type"] == "context_actions"
     [sql] = footer["attachments"]
     assert sql["title"] == "SQL behind this answer"
     shown = html.unescape(sql["text"])  # Slack's mrkdwn escapes &, < and >; the reader sees them
@@ -101,7 +103,8 @@ async def test_an_answer_without_data_has_no_provenance_line(slack_stack) -> Non
     await gw.settled(timeout=30)
     [answer] = thread_of(slack)
     assert answer["markdown_text"] == f"Hello! Ask me about your sales.\n\n{FAKE_SOURCE}"
-    assert "attachments" not in answer and "blocks" not in answer
+    assert "attachments" not in answer
+    assert [b["type"] for b in answer["blocks"]] == ["context_actions"]  # 👍/👎 only: no provenance line
 
 
 async def test_a_delivery_resumed_after_a_failure_posts_answer_chart_and_provenance_once(

@@ -55,9 +55,10 @@ async def test_stop_mid_stream_keeps_the_partial_answer_and_the_conversation_goe
     await gateway.settled()
 
     [answer] = slack.posted(channel="C1")
-    assert answer["markdown_text"].startswith(OPENING)
-    assert NEVER_FINISHED.strip() not in answer["markdown_text"]
-    assert answer["markdown_text"].endswith("_Stopped by <@U2>._")
+    shown = slack.markdown_of(answer)
+    assert shown.startswith(OPENING) and NEVER_FINISHED.strip() not in shown
+    assert shown.endswith("_Stopped by <@U2>._")
+    assert any(b["type"] == "context_actions" for b in answer["blocks"])  # a stopped answer is rated too
     assert slack.agent_sessions[("C1", THREAD)]["status"] == "active"  # no longer "working"
     assert len(anthropic.requests) == 1
 
@@ -68,7 +69,7 @@ async def test_stop_mid_stream_keeps_the_partial_answer_and_the_conversation_goe
     assert [m["role"] for m in follow_up] == ["user", "assistant", "user"]
     said = follow_up[1]["content"][0]["text"]
     assert said.startswith(OPENING) and said.endswith("_Stopped by <@U2>._")
-    assert slack.posted(channel="C1")[-1]["markdown_text"] == "East China fell 38%."
+    assert slack.markdown_of(slack.posted(channel="C1")[-1]) == "East China fell 38%."
 
 
 async def test_a_stop_with_nothing_running_changes_nothing(gateway, fakes) -> None:
@@ -79,7 +80,7 @@ async def test_a_stop_with_nothing_running_changes_nothing(gateway, fakes) -> No
     await gateway.post_event(agent_session_stopped("C1", THREAD, "U1"))
     await gateway.settled()
     [answer] = slack.posted(channel="C1")
-    assert answer["markdown_text"] == "East China fell 38%."
+    assert slack.markdown_of(answer) == "East China fell 38%."
 
 
 def test_stop_accepted_while_the_answering_process_is_dead_is_honoured_once(database_url: str, tmp_path: Path) -> None:
@@ -123,5 +124,5 @@ def test_stop_accepted_while_the_answering_process_is_dead_is_honoured_once(data
         finally:
             stop(second)
         [answer] = slack.posted(channel="C1")
-        assert answer["markdown_text"] == f"{shown}\n\n_Stopped by <@U2>._"
+        assert slack.markdown_of(answer) == f"{shown}\n\n_Stopped by <@U2>._"
         assert len(anthropic.requests) == 1  # the turn was not continued

@@ -484,6 +484,14 @@ class FakeSlack(FakeServer):
             and (thread_ts is None or m.get("thread_ts") == thread_ts)
         ]
 
+    @staticmethod
+    def markdown_of(message: dict[str, Any]) -> str:
+        """The Markdown a message shows: its ``markdown_text``, or its markdown blocks' text (a
+        message with other blocks too, such as feedback buttons, carries it that way)."""
+        if "markdown_text" in message:
+            return str(message["markdown_text"])
+        return "\n\n".join(str(b.get("text")) for b in message.get("blocks") or [] if b.get("type") == "markdown")
+
     def reactions_on(self, channel: str, ts: str) -> list[str]:
         """Names of the reactions currently on a message."""
         return [name for name, users in self.reactions.get((channel, ts), {}).items() if users]
