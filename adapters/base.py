@@ -183,6 +183,11 @@ class FeedbackActions(Protocol):
         when it is unknown or `user` is not an owner of its source."""
 
 
+# The prompts to suggest to a person opening the agent in their DM with it (platform, user id,
+# DM channel id, their language).
+SuggestPrompts = Callable[[str, str, str, Language], Awaitable[list[str]]]
+
+
 @dataclass(frozen=True)
 class GatewayServices:
     """What the gateway lends a platform adapter when it is built."""
@@ -192,6 +197,7 @@ class GatewayServices:
     approvals: LookupApproval | None = None  # None: approval buttons are not answered
     monitor_actions: ActOnAlert | None = None  # None: alert buttons are not answered
     feedback: FeedbackActions | None = None  # None: feedback buttons are not answered
+    suggested_prompts: SuggestPrompts | None = None  # None: nothing is suggested
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ looked up by the worker that answers: `SlackResponder.user_locale`.)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -74,6 +75,8 @@ class SlackAdapter:
         self._approvals = services.approvals
         self._monitor_actions = services.monitor_actions
         self._feedback = services.feedback
+        self._suggest = services.suggested_prompts
+        self._background: set[asyncio.Task[None]] = set()
         self.client = AsyncWebClient(token=config.bot_token.get_secret_value(), base_url=config.api_url)
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=3))
         self.responder = SlackResponder(self.client)
@@ -95,6 +98,8 @@ class SlackAdapter:
         self.bolt.event("message")(self._on_message)
         # Slack's native Stop on an agent session: the thread's turn ends (through the inbox).
         self.bolt.event("agent_session_stopped")(self._on_stop)
+        # The app's messages tab / AI container opened: suggest what to ask.
+        self.bolt.event("assistant_thread_started")(self._on_assistant_thread)
         # Approve / Reject on an approval request: `block_actions` on the same URL (or socket).
         self.bolt.action(re.compile(f"^({APPROVE_ACTION}|{REJECT_ACTION})$"))(self._on_approval_click)
         # Acknowledge / Mute on a monitor's alert: the same verified path.
@@ -202,6 +207,26 @@ class SlackAdapter:
             return
         outcome = await self._accept(parsed)
         log.info("slack event %s %s (thread %s)", body.get("event_id"), outcome.value, parsed.thread)
+
+    async def _on_assistant_thread(self, event: dict[str, Any]) -> None:
+        """Suggest prompts in the new assistant thread, after Slack has its acknowledgement
+        (cosmetic: nothing is stored, a lost one costs nothing)."""
+        thread = event.get("assistant_thread") or {}
+        user, channel, thread_ts = thread.get("user_id"), thread.get("channel_id"), thread.get("thread_ts")
+        if self._suggest is None or not (isinstance(user, str) and isinstance(channel, str) and isinstance(thread_ts, str)):
+            return
+        task = asyncio.create_task(self._suggest_prompts(user, channel, thread_ts))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _suggest_prompts(self, user: str, channel: str, thread_ts: str) -> None:
+        assert self._suggest is not None
+        try:
+            language = await self.responder.language_of(user)
+            prompts = await self._suggest(self.platform, user, channel, language)
+            await self.responder.suggest_prompts(channel, thread_ts, prompts, language)
+        except Exception:
+            log.exception("could not suggest prompts in %s", channel)
 
     async def _on_stop(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
         team_id = body.get("team_id") or context.team_id or ""

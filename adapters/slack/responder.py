@@ -26,10 +26,10 @@ from adapters.slack.render import (
     with_blocks,
 )
 from adapters.slack.stream import SlackAnswerStream, StreamingSupport, cut_streams, retire_cut_streams
-from adapters.slack.surface import AgentSurface, conversation_title
+from adapters.slack.surface import MAX_SUGGESTED_PROMPTS, AgentSurface, conversation_title
 from agent_core.catalog.learned import Proposal
 from agent_core.governance.approval import ApprovalView
-from agent_core.i18n import Language, language_of_locale
+from agent_core.i18n import Language, language_of_locale, t
 from agent_core.messages import Attachment, InboundMessage, OutboundReply
 from agent_core.monitors.model import AlertView
 from agent_core.provenance import ProvenanceWords
@@ -57,6 +57,7 @@ class SlackResponder:
         self._bot_user_id: str | None = None
         self._locales = UserLocales(client)
         self._surface = AgentSurface(self._web)
+        self._titled: dict[tuple[str, str], None] = {}  # assistant threads given a title (oldest first)
 
     async def user_locale(self, user: str) -> str | None:
         return await self._locales.of(user)
@@ -69,6 +70,24 @@ class SlackResponder:
         await self._best_effort(
             "reactions.add", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
         )
+        if msg.is_dm and msg.reply_in_thread and msg.scheduled_run is None:
+            # An assistant thread (the app's messages tab): a title and a status while working.
+            key = (msg.channel, msg.reply_in_thread)
+            if key not in self._titled and await self._surface.call(
+                "assistant.threads.setTitle",
+                channel_id=msg.channel,
+                thread_ts=msg.reply_in_thread,
+                title=conversation_title(msg.text),
+            ):
+                self._titled[key] = None
+                while len(self._titled) > 10_000:
+                    self._titled.pop(next(iter(self._titled)))
+            await self._surface.call(
+                "assistant.threads.setStatus",
+                channel_id=msg.channel,
+                thread_ts=msg.reply_in_thread,
+                status=t(msg.language, "is working on it…"),
+            )
         # An agent session in the thread: "processing" shows Slack's native Stop button.
         if msg.reply_in_thread and msg.scheduled_run is None:
             await self._surface.call(
@@ -83,11 +102,8 @@ class SlackResponder:
     async def show_status(self, msg: InboundMessage, status: str) -> None:
         # The status line exists only in Slack's assistant threads (DM threads of AI apps).
         if msg.is_dm and msg.reply_in_thread:
-            await self._best_effort(
-                "assistant.threads.setStatus",
-                channel_id=msg.channel,
-                thread_ts=msg.reply_in_thread,
-                status=status,
+            await self._surface.call(
+                "assistant.threads.setStatus", channel_id=msg.channel, thread_ts=msg.reply_in_thread, status=status
             )
         stream = self._streams.get((msg.channel, msg.reply_in_thread)) if msg.reply_in_thread else None
         if stream is not None:
@@ -167,10 +183,26 @@ class SlackResponder:
         await self._best_effort(
             "reactions.remove", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
         )
+        if msg.is_dm and msg.reply_in_thread and msg.scheduled_run is None:
+            await self._surface.call(
+                "assistant.threads.setStatus", channel_id=msg.channel, thread_ts=msg.reply_in_thread, status=""
+            )
         if msg.reply_in_thread and msg.scheduled_run is None:
             await self._surface.call(
                 "agents.sessions.setStatus", status="active", channel_id=msg.channel, thread_ts=msg.reply_in_thread
             )
+
+    async def suggest_prompts(self, channel: str, thread_ts: str, prompts: list[str], language: Language) -> None:
+        """Offer `prompts` in a new assistant thread (Slack shows up to 4)."""
+        if not prompts:
+            return
+        await self._surface.call(
+            "assistant.threads.setSuggestedPrompts",
+            channel_id=channel,
+            thread_ts=thread_ts,
+            title=t(language, "Try asking:"),
+            prompts=[{"title": conversation_title(p), "message": p} for p in prompts[:MAX_SUGGESTED_PROMPTS]],
+        )
 
     async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
         if not msg.reply_in_thread:
