@@ -30,11 +30,11 @@ def metric_prompts(config: AgentConfig, identity: Identity, language: Language, 
         if not is_source_open(config.access_policy, source, identity):
             continue
         names += [m.label or m.name for m in semantics.metrics]
-    templates = (
-        "How did {metric} change last week, and why?",
-        "Show {metric} by week over the last quarter",
-    )
-    return [
-        t(language, templates[index % len(templates)], metric=name)
-        for index, name in enumerate(dict.fromkeys(names))
-    ][:limit]
+    return [_question(language, index, name) for index, name in enumerate(dict.fromkeys(names))][:limit]
+
+
+def _question(language: Language, index: int, metric: str) -> str:
+    """Two kinds of question, alternating: why it moved, and its trend."""
+    if index % 2 == 0:
+        return t(language, "How did {metric} change last week, and why?", metric=metric)
+    return t(language, "Show {metric} by week over the last quarter", metric=metric)

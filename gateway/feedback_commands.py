@@ -86,8 +86,8 @@ async def _run_review(database_url: str, args: argparse.Namespace) -> int:
     finally:
         await engine.dispose()
     for p in proposals:
-        decided = f" by {p.decided_by}" if p.decided_by else ""
-        print(f"[{p.id}] {p.status.value}{decided}  source {p.source}  proposed by {p.proposed_by}  answer {p.answer_id}")
+        by = f" by {p.decided_by}" if p.decided_by else ""
+        print(f"[{p.id}] {p.status.value}{by}  source {p.source}  proposed by {p.proposed_by}  answer {p.answer_id}")
         print(f"    question: {p.question}")
         print("    " + "\n    ".join(p.sql.splitlines()))
     if not proposals:
