@@ -18,9 +18,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from adapters.approval_clicks import ClickAnswer, accept_click
-from adapters.base import AcceptMessage, ActOnAlert, LookupApproval
+from adapters.base import AcceptMessage, ActOnAlert, FeedbackActions, FeedbackClick, LookupApproval
 from adapters.feishu.events import CARD_ACTION, PLATFORM, Ignored, MalformedEvent
 from agent_core.i18n import Language, t
+from agent_core.messages import InboundMessage, ThreadKey
 from agent_core.monitors.model import AlertStatus, AlertView, MonitorAction
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,25 @@ class _ApprovalValue(BaseModel):
 class _AlertValue(BaseModel):
     alert_id: str
     monitor_action: MonitorAction
+
+
+class _StopTarget(BaseModel):
+    workspace: str
+    chat: str
+    root: str
+    reply_in: str = ""
+    dm: bool = False
+    language: Language = Language.EN
+
+
+class _StopValue(BaseModel):
+    stop: _StopTarget
+
+
+class _FeedbackValue(BaseModel):
+    feedback: Literal["up", "down"]
+    answer_id: str
+    language: Language = Language.EN
 
 
 class _Action(BaseModel):
@@ -75,12 +95,30 @@ class AlertCardClick(BaseModel):
     action: MonitorAction
 
 
+class StopCardClick(BaseModel):
+    """Who clicked Stop on a streaming answer, and the conversation it stops."""
+
+    event_id: str
+    user: str
+    target: _StopTarget
+
+
+class FeedbackCardClick(BaseModel):
+    event_id: str
+    user: str
+    answer_id: str
+    rating: int
+    language: Language
+
+
 def is_card_action(payload: dict[str, Any]) -> bool:
     header = payload.get("header")
     return isinstance(header, dict) and header.get("event_type") == CARD_ACTION
 
 
-def parse_card_action(payload: dict[str, Any]) -> ApprovalCardClick | AlertCardClick | Ignored:
+def parse_card_action(
+    payload: dict[str, Any],
+) -> ApprovalCardClick | AlertCardClick | StopCardClick | FeedbackCardClick | Ignored:
     """The approval or alert click a card action callback carries; Ignored for other card
     actions. Raises MalformedEvent on a callback Feishu does not send."""
     try:
@@ -90,6 +128,21 @@ def parse_card_action(payload: dict[str, Any]) -> ApprovalCardClick | AlertCardC
         raise MalformedEvent(f"bad {CARD_ACTION} callback: {exc.error_count()} errors") from None
     value = event.action.value or {}
     user = event.operator.open_id
+    if "stop" in value:
+        try:
+            stop = _StopValue.model_validate(value)
+        except ValidationError:
+            return Ignored("a Stop click without its conversation")
+        return StopCardClick(event_id=header.event_id, user=user, target=stop.stop)
+    if "feedback" in value:
+        try:
+            rated = _FeedbackValue.model_validate(value)
+        except ValidationError:
+            return Ignored("a feedback click without its answer")
+        rating = 1 if rated.feedback == "up" else -1
+        return FeedbackCardClick(
+            event_id=header.event_id, user=user, answer_id=rated.answer_id, rating=rating, language=rated.language
+        )
     try:
         approval = _ApprovalValue.model_validate(value)
     except ValidationError:
@@ -112,6 +165,7 @@ class CardActions:
     approvals: LookupApproval | None = None  # None: approval clicks are answered as unknown
     monitor_actions: ActOnAlert | None = None  # None: alert clicks are answered as unknown
     show_alert: ShowAlert | None = None
+    feedback: FeedbackActions | None = None  # None: 👍/👎 clicks are answered as unknown
 
     async def answer(self, payload: dict[str, Any], transport: str) -> dict[str, Any]:
         """Act on the click ``payload`` carries; the callback response (a toast, or nothing
@@ -122,6 +176,10 @@ class CardActions:
             return {}
         if isinstance(click, AlertCardClick):
             return await self._alert_click(click, transport)
+        if isinstance(click, StopCardClick):
+            return await self._stop_click(click, transport)
+        if isinstance(click, FeedbackCardClick):
+            return await self._feedback_click(click, transport)
         answer = await accept_click(
             self.approvals,
             self.accept,
@@ -139,6 +197,42 @@ class CardActions:
             "accepted" if answer.accepted else "refused",
         )
         return approval_reply(answer, click.choice)
+
+    async def _stop_click(self, click: StopCardClick, transport: str) -> dict[str, Any]:
+        """A Stop goes through the inbox like any event: the worker answering the thread ends
+        the turn (once, whichever process holds it)."""
+        target = click.target
+        thread = ThreadKey(platform=PLATFORM, workspace=target.workspace, channel=target.chat, root=target.root)
+        outcome = await self.accept(
+            InboundMessage(
+                platform=PLATFORM,
+                event_id=f"card:{click.event_id}",
+                message_id=f"stop:{target.root}:{click.event_id}",
+                workspace=target.workspace,
+                channel=target.chat,
+                thread=thread,
+                reply_in_thread=target.reply_in or None,
+                user=click.user,
+                text="",
+                is_dm=target.dm,
+                stop=True,
+            )
+        )
+        log.info("feishu %s: stop %s (thread %s)", transport, outcome.value, thread)
+        return _toast("success", t(target.language, "Stopping…"))
+
+    async def _feedback_click(self, click: FeedbackCardClick, transport: str) -> dict[str, Any]:
+        rating = None
+        if self.feedback is not None:
+            rating = await self.feedback.rate(FeedbackClick(PLATFORM, click.answer_id, click.user, click.rating))
+        log.info("feishu %s: feedback on %s: %s", transport, click.answer_id, rating)
+        if rating is None:
+            return _toast("warning", t(click.language, "This answer is no longer known."))
+        if rating == 0:
+            return _toast("success", t(click.language, "Your rating was withdrawn."))
+        if rating < 0:
+            return _toast("success", t(click.language, "Thanks: the team will look at this answer."))
+        return _toast("success", t(click.language, "Thanks for the feedback."))
 
     async def _alert_click(self, click: AlertCardClick, transport: str) -> dict[str, Any]:
         """Record the click before Feishu gets its answer, then show who acted on the card."""

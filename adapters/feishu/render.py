@@ -94,10 +94,12 @@ def answer_card(
     full_table: Table | None = None,
     words: ProvenanceWords = ENGLISH,
     language: Language = Language.EN,
+    answer_id: str | None = None,
 ) -> dict[str, Any]:
     """A JSON 2.0 card showing one part of an answer: its Markdown, then its table (with a note
     when it shows only part of `full_table`); the last part of a data answer ends with its
-    provenance (see `provenance_elements`)."""
+    provenance (see `provenance_elements`), the last part of any answer with 👍/👎 naming
+    `answer_id`."""
     elements: list[dict[str, Any]] = []
     if markdown or table is None:
         elements.append(_markdown_element(markdown))
@@ -108,6 +110,8 @@ def answer_card(
         elements.append({"tag": "markdown", "content": note, "text_size": "notation"})
     if provenance is not None:
         elements.extend(provenance_elements(provenance, words))
+    if answer_id is not None:
+        elements.append(feedback_buttons(answer_id, language))
     preview = summary(markdown) or (summary(", ".join(map(plain_text, table.header))) if table else "")
     return {
         "schema": "2.0",
@@ -200,11 +204,40 @@ def post_markdown(markdown: str, provenance: Provenance | None, words: Provenanc
     return f"{markdown}\n\n{provenance.summary_line(words)}\n\n```sql\n{sql}\n```"
 
 
-def streaming_card(markdown: str) -> dict[str, Any]:
-    """A JSON 2.0 card in streaming mode whose answer element starts as `markdown`."""
+def streaming_card(markdown: str, stop: dict[str, Any] | None = None, language: Language = Language.EN) -> dict[str, Any]:
+    """A JSON 2.0 card in streaming mode whose answer element starts as `markdown`, with a Stop
+    button whose callback value is `stop` (the final answer replaces the card, and the button)."""
     card = answer_card(markdown)
     card["config"]["streaming_mode"] = True
+    if stop is not None:
+        card["body"]["elements"].append(_button(STOP_ELEMENT_ID, t(language, "Stop"), "default", stop))
     return card
+
+
+STOP_ELEMENT_ID = "stop"
+FEEDBACK_UP_ID = "feedback_up"
+FEEDBACK_DOWN_ID = "feedback_down"
+
+
+def feedback_buttons(answer_id: str, language: Language) -> dict[str, Any]:
+    """👍/👎 under an answer; a click names the answer and the rating (and the language to
+    answer the clicker in)."""
+    columns = [
+        {"tag": "column", "width": "auto", "elements": [_button(element_id, label, "text", {
+            "feedback": rating, "answer_id": answer_id, "language": language.value})]}
+        for element_id, label, rating in ((FEEDBACK_UP_ID, "👍", "up"), (FEEDBACK_DOWN_ID, "👎", "down"))
+    ]  # fmt: skip
+    return {"tag": "column_set", "element_id": "feedback", "columns": columns}
+
+
+def _button(element_id: str, label: str, kind: str, value: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "tag": "button",
+        "element_id": element_id,
+        "text": {"tag": "plain_text", "content": label},
+        "type": kind,
+        "behaviors": [{"type": "callback", "value": value}],
+    }
 
 
 def status_markdown(status: str) -> str:

@@ -62,6 +62,20 @@ _RESOURCE_PATH = re.compile(r"^/open-apis/im/v1/messages/([^/]+)/resources/")
 FEISHU_MESSAGE_ID_PREFIX = "om_"
 
 
+def stop_value(msg: InboundMessage) -> dict[str, Any]:
+    """The Stop button's callback value: the conversation whose turn it stops."""
+    return {
+        "stop": {
+            "workspace": msg.thread.workspace,
+            "chat": msg.channel,
+            "root": msg.thread.root,
+            "reply_in": msg.reply_in_thread or "",
+            "dm": msg.is_dm,
+            "language": msg.language.value,
+        }
+    }
+
+
 def delivery_uuid(*parts: str) -> str:
     """The idempotency uuid of one message of a delivery (stable across retries)."""
     return str(uuid.uuid5(_UUID_NAMESPACE, "\x1f".join(parts)))
@@ -141,11 +155,12 @@ class FeishuAnswerStream:
         provenance: Provenance | None = None,
         words: ProvenanceWords = ENGLISH,
         language: Language = Language.EN,
+        answer_id: str | None = None,
     ) -> bool:
-        """End streaming and make `part` (and the answer's provenance, when this is its last
-        part) the card's final content; False if that failed."""
+        """End streaming and make `part` (and the answer's provenance and 👍/👎, when this is
+        its last part) the card's final content; False if that failed."""
         await self.close()
-        card = render.answer_card(part.markdown, provenance, part.table, part.full_table, words, language)
+        card = render.answer_card(part.markdown, provenance, part.table, part.full_table, words, language, answer_id)
         async with self._lock:
             try:
                 await self._client.update_card(self.card_id, card, self._next_sequence())
@@ -227,7 +242,7 @@ class FeishuResponder:
             return existing  # a retried turn keeps writing into its card
         shown = render.status_markdown(initial_status)
         try:
-            card_id = await self._client.create_card(render.streaming_card(shown))
+            card_id = await self._client.create_card(render.streaming_card(shown, stop_value(msg), msg.language))
             # The uuid includes the card: a new card (after a restart) must be posted, not
             # deduplicated into the old, abandoned one.
             await self._send(
@@ -271,7 +286,10 @@ class FeishuResponder:
             parts = [render.CardPart(empty)]
         last = len(parts) - 1
         first = 0
-        if stream is not None and await stream.finish(parts[0], provenance if last == 0 else None, words, msg.language):
+        closing = reply.answer_id if last == 0 else None
+        if stream is not None and await stream.finish(
+            parts[0], provenance if last == 0 else None, words, msg.language, closing
+        ):
             first = 1
         for index in range(first, len(parts)):
             await self._post_part(
@@ -280,6 +298,7 @@ class FeishuResponder:
                 delivery_uuid(delivery_id, "text", str(index)),
                 provenance if index == last else None,
                 words,
+                reply.answer_id if index == last else None,
             )
         for table in (part.full_table for part in parts if part.full_table is not None):
             await self._post_table_csv(msg, table, delivery_uuid(delivery_id, "table", table.csv_name()))
@@ -349,13 +368,16 @@ class FeishuResponder:
         key: str,
         provenance: Provenance | None = None,
         words: ProvenanceWords = ENGLISH,
+        answer_id: str | None = None,
     ) -> None:
         if self._config.cards_enabled:
             try:
                 await self._send(
                     msg,
                     "interactive",
-                    render.answer_card(part.markdown, provenance, part.table, part.full_table, words, msg.language),
+                    render.answer_card(
+                        part.markdown, provenance, part.table, part.full_table, words, msg.language, answer_id
+                    ),
                     delivery_uuid(key, "card"),
                 )
                 return
