@@ -70,3 +70,28 @@ async def test_a_workspace_without_the_agent_surface_still_gets_answers(database
     # Each refused method was tried once, then left alone.
     for method in ("assistant.threads.setTitle", "assistant.threads.setStatus", "agents.sessions.setStatus"):
         assert len(slack.calls_to(method)) == 1, method
+
+
+def test_default_prompts_only_name_metrics_the_person_may_see(tmp_path) -> None:
+    """Suggestions follow the access policy: a source closed to someone adds no prompt of theirs."""
+    import json
+
+    from agent_core.governance.audience import Identity
+    from agent_core.i18n import Language
+    from agent_core.suggestions import metric_prompts
+    from gateway.config import load_settings
+    from tests.test_semantic import build_duckdb, write_warehouse_yaml
+
+    build_duckdb(tmp_path / "shop.duckdb")
+    policy = tmp_path / "policy.yml"
+    policy.write_text("groups:\n  finance: [slack:U02FIN]\nsources:\n  shop:\n    groups: [finance]\n")
+    settings = load_settings(
+        _env_file=None,
+        BA_DATA_DIR=str(tmp_path),
+        BA_DATASOURCES=json.dumps({"shop": f"duckdb://{tmp_path / 'shop.duckdb'}"}),
+        BA_SEMANTIC_DIR=str(write_warehouse_yaml(tmp_path / "semantic", "shop")),
+        BA_ACCESS_POLICY=str(policy),
+    )
+    finance = metric_prompts(settings, Identity(platform="slack", user="U02FIN", channel="D1", is_dm=True), Language.EN)
+    assert finance and finance[0] == "How did gmv change last week, and why?"
+    assert metric_prompts(settings, Identity(platform="slack", user="U1", channel="D2", is_dm=True), Language.EN) == []
