@@ -9,6 +9,7 @@ decide with `ba-agent examples review`. Nothing is searched before a person conf
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from sqlmodel import col, select
 from adapters.base import FeedbackClick, Responder
 from agent_core.catalog.learned import LearnedExamples, Proposal, ProposalStatus
 from agent_core.governance.policy import AccessPolicy
+from agent_core.i18n import Language
 from agent_core.messages import InboundMessage, OutboundReply, utcnow
 from agent_core.provenance import UPLOADS_SOURCE
 from gateway.feedback_tables import AnswerFeedbackRow
@@ -150,6 +152,7 @@ class Feedback:
         self._learned = learned
         self._policy = policy
         self._responders = responders
+        self._asking: set[asyncio.Task[None]] = set()
 
     async def rate(self, click: FeedbackClick) -> int | None:
         answer = await self._store.answer(click.answer_id)
@@ -187,8 +190,18 @@ class Feedback:
             if proposal is None or proposal.status is not ProposalStatus.PENDING:
                 continue  # proposed before, by an earlier 👍
             log.info("example %d proposed from answer %s (source %s)", proposal.id, answer.answer_id, access.source)
-            for owner in self.owners(access.source):
-                platform, _, owner_id = owner.partition(":")
-                responder = self._responders.get(platform)
+            # After the click's acknowledgement: the proposal is stored, the DMs are a courtesy
+            # (`ba-agent examples review` lists it either way).
+            task = asyncio.create_task(self._ask_owners(proposal, answer.asked.language))
+            self._asking.add(task)
+            task.add_done_callback(self._asking.discard)
+
+    async def _ask_owners(self, proposal: Proposal, language: Language) -> None:
+        for owner in self.owners(proposal.source):
+            platform, _, owner_id = owner.partition(":")
+            responder = self._responders.get(platform)
+            try:
                 if responder is not None:
-                    await responder.ask_example_review(owner_id, proposal, answer.asked.language)
+                    await responder.ask_example_review(owner_id, proposal, language)
+            except Exception:
+                log.exception("could not ask %s to review example %d", owner, proposal.id)

@@ -6,6 +6,7 @@ source's data owner approved it (a DM button, or `ba-agent examples review`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -119,7 +120,11 @@ async def test_thumbs_up_teaches_an_example_once_its_owner_confirms_it(gateway, 
     assert not any(b["type"] == "context_actions" for b in answer.get("blocks", []))
     assert await interact(gateway, feedback_click(provenance, True, "U1")) == 200
 
-    [review] = slack.posted(channel=OWNER)  # the data owner is asked in a DM
+    for _ in range(200):  # the data owner is asked in a DM, after the click's acknowledgement
+        if slack.posted(channel=OWNER):
+            break
+        await asyncio.sleep(0.05)
+    [review] = slack.posted(channel=OWNER)
     assert SHOP_SQL in json.dumps(review["blocks"])
 
     await gateway.post_event(app_mention("<@UBOT> which region has the most gmv?", "U1", "C1", ts="1699999999.000500"))

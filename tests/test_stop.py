@@ -63,7 +63,8 @@ async def test_stop_mid_stream_keeps_the_partial_answer_and_the_conversation_goe
     assert len(anthropic.requests) == 1
 
     # The next message continues the conversation, which holds the stopped answer.
-    await gateway.post_event(message("go on, but shorter", "U1", "C1", ts="1699999999.000300", thread_ts=THREAD, channel_type="channel"))
+    follow = message("go on, but shorter", "U1", "C1", ts="1699999999.000300", thread_ts=THREAD, channel_type="channel")
+    await gateway.post_event(follow)
     await gateway.settled()
     follow_up = anthropic.requests[1].body["messages"]
     assert [m["role"] for m in follow_up] == ["user", "assistant", "user"]
