@@ -84,7 +84,7 @@ class Settings(AgentConfig):
             return value
         prompts = [p.strip() for p in value.split("|") if p.strip()]
         if len(prompts) > 4:
-            raise ValueError(f"at most 4 prompts (Slack shows 4), got {len(prompts)}")
+            raise ValueError(f"at most 4 prompts, got {len(prompts)}")
         return prompts
 
     @field_validator("monitors", mode="before")

@@ -231,7 +231,8 @@ async def test_a_feishu_card_ends_with_the_line_and_the_sql_in_a_collapsed_panel
     await ask_feishu(gw, "how is GMV trending?")
 
     [card] = final_cards(feishu)
-    answer, line, panel = card["body"]["elements"]
+    answer, line, panel, feedback = card["body"]["elements"]  # 👍/👎 close the answer
+    assert feedback["element_id"] == "feedback"
     assert answer["content"] == f"**GMV** grew every month.\n\n{FAKE_SOURCE}"
     assert line["content"] == (
         "<font color='grey'>Source: demo (sales) · Metrics: gmv · Period: 2026-06-01 to 2026-10-31 · "
@@ -249,7 +250,8 @@ async def test_a_feishu_answer_without_data_is_the_answer_alone(feishu_stack) ->
     anthropic.script(Reply([text(f"Hello!\n\n{FAKE_SOURCE}")]))
     await ask_feishu(gw, "hi")
     [card] = final_cards(feishu)
-    assert [e["content"] for e in card["body"]["elements"]] == [f"Hello!\n\n{FAKE_SOURCE}"]
+    answer, feedback = card["body"]["elements"]  # the answer, then 👍/👎 only
+    assert answer["content"] == f"Hello!\n\n{FAKE_SOURCE}" and feedback["element_id"] == "feedback"
 
 
 async def test_a_long_feishu_answer_keeps_every_card_within_limits_and_ends_with_the_panel() -> None:

@@ -187,6 +187,13 @@ def provenance_elements(provenance: Provenance, words: ProvenanceWords = ENGLISH
     ]
 
 
+def feedback_cost(answer_id: str | None, language: Language = Language.EN) -> int:
+    """Bytes the 👍/👎 add to an answer's last card (0 without them)."""
+    if answer_id is None:
+        return 0
+    return _SEPARATOR_COST + len(json.dumps(feedback_buttons(answer_id, language), ensure_ascii=False).encode())
+
+
 def provenance_cost(provenance: Provenance | None, words: ProvenanceWords = ENGLISH) -> int:
     """Bytes the provenance adds to a card (0 without one): the room the answer gives up."""
     if provenance is None:

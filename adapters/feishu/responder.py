@@ -278,7 +278,11 @@ class FeishuResponder:
         # The last part carries the provenance (line and SQL panel): every part leaves room for it.
         provenance = reply.provenance
         words = ProvenanceWords.of(msg.language)
-        budget = render.CONTENT_BUDGET_BYTES - render.provenance_cost(provenance, words)
+        budget = (
+            render.CONTENT_BUDGET_BYTES
+            - render.provenance_cost(provenance, words)
+            - render.feedback_cost(reply.answer_id, msg.language)
+        )
         parts = render.card_parts(reply.text, budget_bytes=budget)
         stream = self._streams.get(delivery_id)
         if not parts and (stream is not None or provenance is not None):
