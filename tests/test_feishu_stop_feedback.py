@@ -1,6 +1,6 @@
 """Stop and feedback on Feishu, end to end: the streaming card's Stop button ends the running
 turn through the inbox (partial answer kept, marked stopped), and every answer card carries
-👍/👎 whose clicks are stored per answer and person."""
+👍/👎 whose clicks are stored per answer and person; a 👎 asks "what was wrong?" in a form."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ from typing import Any
 from gateway.feedback import FeedbackStore
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.feishu_api import FakeFeishu
-from tests.fakes.feishu_events import bot_mention, card_click, encrypted_body, signed_headers, text_event
+from tests.fakes.feishu_events import (
+    bot_mention,
+    card_click,
+    encrypted_body,
+    form_submit,
+    signed_headers,
+    text_event,
+)
 from tests.harness import Gateway, feishu_gateway_settings, running_gateway
 
 CHAT = "oc_group"
@@ -69,3 +76,13 @@ async def test_stop_button_ends_the_turn_and_feedback_buttons_rate_the_answer(tm
                 down = card_click(answer_card, "feedback_down", "ou_other", message_id=last.message_id, chat_id=CHAT)
                 await post(gw, down)
                 assert await FeedbackStore(gw.runtime.engine).totals() == {"helpful": 1, "not_helpful": 1}
+
+                # A 👎 asks "what was wrong?" (optional) in a form replying to the answer.
+                await eventually(lambda: any(m.reply_to == last.message_id for m in feishu.messages))
+                [question_card] = [m for m in feishu.messages if m.reply_to == last.message_id]
+                said = {"comment": "The October numbers are missing."}
+                submit = form_submit(question_card.content, "comment_send", "ou_other", said,
+                                     message_id=question_card.message_id, chat_id=CHAT)  # fmt: skip
+                assert (await post(gw, submit))["toast"]["type"] == "success"
+                [summary] = await FeedbackStore(gw.runtime.engine).summaries()
+                assert summary.comments == ["feishu:ou_other: The October numbers are missing."]

@@ -10,8 +10,9 @@ here, once the click is recorded, as Slack's adapter does after its acknowledgem
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,6 +29,9 @@ log = logging.getLogger(__name__)
 
 # Shows an alert as it now reads in place of its posted card (`FeishuResponder.update_alert`).
 ShowAlert = Callable[[AlertView], Awaitable[None]]
+# Asks "what was wrong?" under a 👎'd answer card (message id, chat id, answer id, language).
+AskWhatWasWrong = Callable[[str, str, str, Language], Coroutine[Any, Any, None]]
+_ASKING: set[asyncio.Task[None]] = set()  # questions being posted (kept from the collector)
 
 
 class _Operator(BaseModel):
@@ -63,9 +67,20 @@ class _FeedbackValue(BaseModel):
     language: Language = Language.EN
 
 
+class _CommentValue(BaseModel):
+    comment_for: str
+    language: Language = Language.EN
+
+
 class _Action(BaseModel):
     tag: str | None = None
     value: dict[str, Any] | None = None
+    form_value: dict[str, Any] | None = None  # a form's inputs, on its submit button's click
+
+
+class _Context(BaseModel):
+    open_message_id: str = ""
+    open_chat_id: str = ""
 
 
 class _Header(BaseModel):
@@ -75,6 +90,7 @@ class _Header(BaseModel):
 class _CardActionEvent(BaseModel):
     operator: _Operator
     action: _Action
+    context: _Context = _Context()
 
 
 class ApprovalCardClick(BaseModel):
@@ -109,6 +125,17 @@ class FeedbackCardClick(BaseModel):
     answer_id: str
     rating: int
     language: Language
+    message_id: str  # the answer card clicked, and its chat: where "what was wrong?" is asked
+    chat_id: str
+
+
+class CommentSubmit(BaseModel):
+    """A person's answer to "what was wrong?" (the form's Send)."""
+
+    user: str
+    answer_id: str
+    comment: str
+    language: Language
 
 
 def is_card_action(payload: dict[str, Any]) -> bool:
@@ -118,7 +145,7 @@ def is_card_action(payload: dict[str, Any]) -> bool:
 
 def parse_card_action(
     payload: dict[str, Any],
-) -> ApprovalCardClick | AlertCardClick | StopCardClick | FeedbackCardClick | Ignored:
+) -> ApprovalCardClick | AlertCardClick | StopCardClick | FeedbackCardClick | CommentSubmit | Ignored:
     """The approval or alert click a card action callback carries; Ignored for other card
     actions. Raises MalformedEvent on a callback Feishu does not send."""
     try:
@@ -141,8 +168,21 @@ def parse_card_action(
             return Ignored("a feedback click without its answer")
         rating = 1 if rated.feedback == "up" else -1
         return FeedbackCardClick(
-            event_id=header.event_id, user=user, answer_id=rated.answer_id, rating=rating, language=rated.language
+            event_id=header.event_id,
+            user=user,
+            answer_id=rated.answer_id,
+            rating=rating,
+            language=rated.language,
+            message_id=event.context.open_message_id,
+            chat_id=event.context.open_chat_id,
         )
+    if "comment_for" in value:
+        try:
+            comment = _CommentValue.model_validate(value)
+        except ValidationError:
+            return Ignored("a comment without its answer")
+        text = str((event.action.form_value or {}).get("comment") or "")
+        return CommentSubmit(user=user, answer_id=comment.comment_for, comment=text, language=comment.language)
     try:
         approval = _ApprovalValue.model_validate(value)
     except ValidationError:
@@ -166,6 +206,7 @@ class CardActions:
     monitor_actions: ActOnAlert | None = None  # None: alert clicks are answered as unknown
     show_alert: ShowAlert | None = None
     feedback: FeedbackActions | None = None  # None: 👍/👎 clicks are answered as unknown
+    ask_what_was_wrong: AskWhatWasWrong | None = None
 
     async def answer(self, payload: dict[str, Any], transport: str) -> dict[str, Any]:
         """Act on the click ``payload`` carries; the callback response (a toast, or nothing
@@ -180,6 +221,8 @@ class CardActions:
             return await self._stop_click(click, transport)
         if isinstance(click, FeedbackCardClick):
             return await self._feedback_click(click, transport)
+        if isinstance(click, CommentSubmit):
+            return await self._comment(click)
         answer = await accept_click(
             self.approvals,
             self.accept,
@@ -231,8 +274,22 @@ class CardActions:
         if rating == 0:
             return _toast("success", t(click.language, "Your rating was withdrawn."))
         if rating < 0:
+            if self.ask_what_was_wrong is not None and click.message_id:
+                # After the callback's answer: a reply card with the optional question.
+                task = asyncio.create_task(
+                    self.ask_what_was_wrong(click.message_id, click.chat_id, click.answer_id, click.language)
+                )
+                _ASKING.add(task)
+                task.add_done_callback(_ASKING.discard)
             return _toast("success", t(click.language, "Thanks: the team will look at this answer."))
         return _toast("success", t(click.language, "Thanks for the feedback."))
+
+    async def _comment(self, submit: CommentSubmit) -> dict[str, Any]:
+        kept = bool(submit.comment.strip()) and self.feedback is not None and await self.feedback.comment(
+            PLATFORM, submit.answer_id, submit.user, submit.comment
+        )
+        log.info("feishu: comment on %s %s", submit.answer_id, "kept" if kept else "not kept")
+        return _toast("success", t(submit.language, "Thanks for the feedback."))
 
     async def _alert_click(self, click: AlertCardClick, transport: str) -> dict[str, Any]:
         """Record the click before Feishu gets its answer, then show who acted on the card."""

@@ -237,6 +237,42 @@ def feedback_buttons(answer_id: str, language: Language) -> dict[str, Any]:
     return {"tag": "column_set", "element_id": "feedback", "columns": columns}
 
 
+COMMENT_SEND_ID = "comment_send"
+
+
+def comment_card(answer_id: str, language: Language) -> dict[str, Any]:
+    """The optional "what was wrong?" after a 👎: a form whose Send names the answer."""
+    send = _button(COMMENT_SEND_ID, t(language, "Send"), "primary", {"comment_for": answer_id, "language": language.value})
+    send["form_action_type"] = "submit"
+    send["name"] = COMMENT_SEND_ID
+    return {
+        "schema": "2.0",
+        "config": {"update_multi": True},
+        "body": {
+            "elements": [
+                {
+                    "tag": "form",
+                    "name": "what_was_wrong",
+                    "element_id": "comment_form",
+                    "elements": [
+                        {
+                            "tag": "input",
+                            "name": "comment",
+                            "element_id": "comment",
+                            "required": False,
+                            "input_type": "multiline_text",
+                            "max_length": 1000,
+                            "label": {"tag": "plain_text", "content": t(language, "What was wrong?")},
+                            "placeholder": {"tag": "plain_text", "content": t(language, "What was wrong?")},
+                        },
+                        send,
+                    ],
+                }
+            ]
+        },
+    }
+
+
 def _button(element_id: str, label: str, kind: str, value: dict[str, Any]) -> dict[str, Any]:
     return {
         "tag": "button",

@@ -453,6 +453,19 @@ class FeishuResponder:
     async def user_locale(self, user: str) -> str | None:
         return None  # Feishu events carry no locale: the message's language decides
 
+    async def ask_what_was_wrong(self, message_id: str, chat_id: str, answer_id: str, language: Language) -> None:
+        """After a 👎: the optional question, as a form card replying to the rated answer."""
+        try:
+            await self._client.reply_message(
+                message_id,
+                "interactive",
+                render.comment_card(answer_id, language),
+                chat_id=chat_id,
+                uuid=delivery_uuid(answer_id, "what-was-wrong", message_id),
+            )
+        except FeishuApiError as exc:
+            log.warning("feishu: could not ask what was wrong with %s: %s", answer_id, exc)
+
     async def ask_example_review(self, owner: str, proposal: Proposal, language: Language) -> bool:
         return False  # decided with `ba-agent examples review`
 
