@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVa
 from pydantic import BaseModel
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agent_core.i18n import Language
 from agent_core.messages import Attachment, InboundMessage, OutboundReply, ThreadKey
 
 if TYPE_CHECKING:
     from aiohttp import web
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from agent_core.catalog.learned import Proposal
     from agent_core.governance.approval import ApprovalView
     from agent_core.governance.approval_store import StoredApproval
     from agent_core.monitors.model import AlertClick, AlertView, MonitorAction
@@ -113,6 +115,10 @@ class Responder(Protocol):
     async def clear_progress(self, msg: InboundMessage) -> None:
         """Remove the progress indicator; best effort."""
 
+    async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
+        """The text of `msg`'s answer that an attempt which died while streaming left shown in
+        the chat ("" if none): a turn stopped then keeps it as its partial answer."""
+
     async def resolve_attachments(self, msg: InboundMessage) -> list[Attachment]:
         """The files to fetch for `msg`: its own, with any that stand for another message (a
         quoted file) replaced by that message's files."""
@@ -153,6 +159,11 @@ class Responder(Protocol):
     async def update_alert(self, alert: AlertView) -> None:
         """Replace the buttons of a posted alert with who acknowledged or muted it; best effort."""
 
+    async def ask_example_review(self, workspace: str, owner: str, proposal: Proposal, language: Language) -> bool:
+        """Ask a data owner in a DM to confirm or reject a proposed example (Approve / Reject
+        buttons naming `proposal.id`); False where the platform cannot (then `ba-agent
+        examples review` decides)."""
+
 
 # --- the platform plugin contract ------------------------------------------------------------
 
@@ -171,6 +182,36 @@ ActOnAlert = Callable[[str, "MonitorAction", str], Awaitable["AlertClick | None"
 
 
 @dataclass(frozen=True)
+class FeedbackClick:
+    """A person's 👍 (1) or 👎 (-1) on an answer, named by the answer's delivery id."""
+
+    platform: str
+    answer_id: str
+    user: str
+    rating: int
+
+
+class FeedbackActions(Protocol):
+    """Stores feedback on answers before the platform is answered (`gateway.feedback`)."""
+
+    async def rate(self, click: FeedbackClick) -> int | None:
+        """Record the click (the same one again withdraws it); the person's rating now (1, -1,
+        0 withdrawn), None when the answer is not one of ours on that platform."""
+
+    async def comment(self, platform: str, answer_id: str, user: str, text: str) -> bool:
+        """Keep the person's "what was wrong?" with their rating; False when there is none."""
+
+    async def decide_example(self, platform: str, proposal_id: int, approve: bool, user: str) -> Proposal | None:
+        """A data owner's decision on a proposed example; the proposal as it now stands, None
+        when it is unknown or `user` is not an owner of its source."""
+
+
+# The prompts to suggest to a person opening the agent in their DM with it (platform, user id,
+# DM channel id, their language).
+SuggestPrompts = Callable[[str, str, str, Language], Awaitable[list[str]]]
+
+
+@dataclass(frozen=True)
 class GatewayServices:
     """What the gateway lends a platform adapter when it is built."""
 
@@ -180,6 +221,8 @@ class GatewayServices:
     monitor_actions: ActOnAlert | None = None  # None: alert buttons are not answered
     # The service database, for a platform's own tables (created by the gateway's migrations).
     engine: AsyncEngine | None = None
+    feedback: FeedbackActions | None = None  # None: feedback buttons are not answered
+    suggested_prompts: SuggestPrompts | None = None  # None: nothing is suggested
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from agent_core.governance.approval import ApprovalVerdict
 from agent_core.hooks import Hook, TurnObserver
+from agent_core.hooks.dangling import close_open_calls
 from agent_core.i18n import Language, t
 from agent_core.messages import OutboundFile, Role, StandardMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from agent_core.model import ContextOverflow, ModelClient, ModelResponse, ModelUnavailable
@@ -69,6 +70,7 @@ class TurnEnd(StrEnum):
     MODEL_UNAVAILABLE = "model_unavailable"
     BUDGET_EXHAUSTED = "budget_exhausted"
     AWAITING_APPROVAL = "awaiting_approval"  # paused: `TurnResult.approval` says for what
+    STOPPED = "stopped"  # a person stopped it: the partial answer, marked stopped
 
 
 _ANSWERS = frozenset({TurnEnd.ANSWERED, TurnEnd.MAX_TOKENS})
@@ -251,6 +253,29 @@ class AgentLoop:
                 await hook.before_run(await self.store.history(thread_id), ctx)
 
         return await self._run(thread_id, ctx, observer, close_paused_calls)
+
+    async def stop_turn(
+        self, thread_id: str, user_message: StandardMessage, event_key: str, partial: str, note: str
+    ) -> TurnResult:
+        """End the turn of `event_key` as stopped, once it no longer runs (cancelled, or never
+        started): open tool calls get "cancelled" results and `partial` (the answer text written
+        so far) followed by `note` is stored as the assistant's message, so the conversation goes
+        on from there. A turn that had finished answering keeps its answer. Safe to call again."""
+        self.store.revalidate(thread_id)
+        state = await self.store.load_state(thread_id)
+        if not await self.store.has_event(thread_id, event_key):
+            await self.store.append(thread_id, [user_message], event_key=event_key)
+        history = await self.store.history(thread_id)
+        last = history[-1]
+        if last.role is Role.ASSISTANT and not last.tool_uses():
+            stopped = last.text.endswith(note)
+            return TurnResult(last.text, TurnEnd.STOPPED if stopped else TurnEnd.ANSWERED)
+        await close_open_calls(self.store, thread_id, history)
+        text = f"{partial.strip()}\n\n{note}" if partial.strip() else note
+        await self._say(thread_id, text)
+        state.paused = None
+        await self.store.save_state(thread_id, state)
+        return TurnResult(text, TurnEnd.STOPPED)
 
     async def _run(
         self,

@@ -156,6 +156,9 @@ class InboundMessage(BaseModel):
     # Set on a choice from the platform's bot menu ("new_analysis", "my_monitors",
     # "my_reports"; `text` is empty): the gateway answers it without the model.
     menu: str | None = None
+    # Set on a Stop click (Slack's agent session Stop, a Feishu card button; `text` is empty):
+    # the thread's running (or waiting) turn ends with its partial answer, marked stopped.
+    stop: bool = False
 
     @property
     def language(self) -> Language:
@@ -183,3 +186,5 @@ class OutboundReply(BaseModel):
     text: str
     files: list[OutboundFile] = Field(default_factory=list)
     provenance: Provenance | None = None
+    # Set on the agent's answers: the id 👍/👎 under it name (its delivery id).
+    answer_id: str | None = None

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from adapters.base import Handler
 from agent_core.model_check import ModelCheck
 from gateway.config import Settings
+from gateway.feedback import FeedbackStore
 from gateway.metrics import http_metrics, render_metrics
 from gateway.migrate import upgrade
 from gateway.platforms import Platforms, build_platforms
@@ -113,7 +114,9 @@ async def metrics(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     workers = request.app[WORKERS]
     body = render_metrics(
-        await runtime.inbox.open_events(), (workers.ready, workers.count) if workers is not None else (0, 0)
+        await runtime.inbox.open_events(),
+        (workers.ready, workers.count) if workers is not None else (0, 0),
+        await FeedbackStore(runtime.engine).totals(),
     )
     return web.Response(body=body, content_type="text/plain", charset="utf-8")
 

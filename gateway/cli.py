@@ -191,6 +191,7 @@ def _tool_list(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from gateway.audit_commands import register as register_audit_commands
     from gateway.catalog_commands import register as register_catalog_commands
+    from gateway.feedback_commands import register as register_feedback_commands
     from gateway.metric_commands import register as register_metric_commands
     from gateway.monitor_commands import register as register_monitor_commands
 
@@ -258,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_catalog_commands(commands)
     register_audit_commands(commands)
     register_monitor_commands(commands)
+    register_feedback_commands(commands)
     return parser
 
 

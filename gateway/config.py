@@ -60,6 +60,12 @@ class Settings(AgentConfig):
     # here, so an invalid file stops start-up naming its lines.
     monitors: Annotated[list[Monitor], NoDecode] = Field(default_factory=list, validation_alias="BA_MONITORS_FILE")
 
+    # What a person opening the agent (Slack's messages tab) is offered to ask, "|"-separated;
+    # empty: examples built from the governed metrics they may see.
+    suggested_prompts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, validation_alias="BA_SUGGESTED_PROMPTS"
+    )
+
     max_concurrent_turns: int = Field(8, ge=1, le=256, validation_alias="BA_MAX_CONCURRENT_TURNS")
     worker_processes: int = Field(1, ge=0, le=64, validation_alias="BA_WORKER_PROCESSES")
     lease_seconds: float = Field(60.0, gt=0, validation_alias="BA_LEASE_SECONDS")
@@ -71,6 +77,16 @@ class Settings(AgentConfig):
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+
+    @field_validator("suggested_prompts", mode="before")
+    @classmethod
+    def _prompts(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        prompts = [p.strip() for p in value.split("|") if p.strip()]
+        if len(prompts) > 4:
+            raise ValueError(f"at most 4 prompts, got {len(prompts)}")
+        return prompts
 
     @field_validator("monitors", mode="before")
     @classmethod

@@ -24,7 +24,7 @@ from agent_core.governance.approval import ApprovalStatus, may_decide, verdict_o
 from agent_core.governance.approval_store import ApprovalStore, StoredApproval
 from agent_core.hooks import TurnObserver
 from agent_core.i18n import t
-from agent_core.loop import AgentLoop, TurnResult
+from agent_core.loop import AgentLoop, TurnEnd, TurnResult
 from agent_core.messages import (
     ApprovalClick,
     InboundMessage,
@@ -52,9 +52,13 @@ from gateway.tables import EventStatus, InboundEventRow
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
+# How often a running turn looks for a Stop accepted in its thread (by any process).
+STOP_POLL_S = 0.5
 RESET_COMMANDS = {"new", "reset", "/new", "/reset", "new conversation", "新对话", "重新开始"}
 
 RunDepsFactory = Callable[[InboundMessage, str], RunDeps]
+# Ends a turn as stopped, given the answer text written so far and the Stop event.
+StopTurn = Callable[[str, InboundMessage], Awaitable[TurnResult]]
 
 
 class _ProgressObserver(TurnObserver):
@@ -65,6 +69,12 @@ class _ProgressObserver(TurnObserver):
         self._msg = msg
         self._stream = stream
         self._text = ""
+        self._said: list[str] = []  # text written before each tool step
+
+    @property
+    def partial(self) -> str:
+        """The answer text the model has written in this turn so far (kept when it is stopped)."""
+        return "\n\n".join(part for part in [*self._said, self._text] if part.strip())
 
     async def on_text(self, delta: str) -> None:
         self._text += delta
@@ -75,6 +85,8 @@ class _ProgressObserver(TurnObserver):
         self._text = ""
 
     async def on_tool_start(self, call: ToolUseBlock) -> None:
+        if self._text.strip():
+            self._said.append(self._text)
         self._text = ""
         await self._responder.show_status(self._msg, step_title(call, self._msg.language))
 
@@ -204,6 +216,10 @@ class Dispatcher:
             log.error("event %s: platform %s is not configured; dropping it", row.id, msg.platform)
             await self._inbox.finish(row.id, EventStatus.FAILED, "platform not configured")
             return True
+        if msg.stop:
+            # Nothing left to do: the turn it stopped ended first (`_stoppable`), or none ran.
+            await self._inbox.finish(row.id, EventStatus.DONE)
+            return True
         await self._inbox.start(row.id)
         if msg.locale is None:  # looked up here, not on the acknowledgement path
             msg = msg.model_copy(update={"locale": await responder.user_locale(msg.user, msg.workspace)})
@@ -212,7 +228,7 @@ class Dispatcher:
         try:
             if attempt == 1 and msg.approval is None:
                 await responder.show_progress(msg)
-            reply = await self._reply_for(msg, responder, delivery_id)
+            reply = await self._reply_for(row, msg, responder, delivery_id)
             if reply is not None:  # None: the turn waits for an approval, or nothing to say
                 await self._deliver(row.id, msg, responder, reply, delivery_id)
             if msg.approval is None:
@@ -233,10 +249,10 @@ class Dispatcher:
             return True
 
     async def _reply_for(
-        self, msg: InboundMessage, responder: Responder, delivery_id: str
+        self, row: InboundEventRow, msg: InboundMessage, responder: Responder, delivery_id: str
     ) -> OutboundReply | None:
         if msg.approval is not None:
-            return await self._decide(msg, msg.approval, responder, delivery_id)
+            return await self._decide(row, msg, msg.approval, responder, delivery_id)
         if msg.menu is not None:
             return await self._menu.reply(msg) if self._menu is not None else None
         if msg.is_dm and msg.text.strip().lower() in RESET_COMMANDS:
@@ -251,28 +267,47 @@ class Dispatcher:
             )
         thread_id = await self._store.open(msg.thread, dm_owner=msg.user if msg.is_dm else None)
         await self._withdraw_approvals(thread_id, msg, responder)
+        agent = self._agent
+
+        async def stop_turn(partial: str, stop: InboundMessage) -> TurnResult:
+            note = t(msg.language, "_Stopped by {who}._", who=responder.mention(stop.user).strip() or stop.user)
+            message = _user_message(thread_id, msg, [])
+            return await agent.stop_turn(thread_id, message, msg.dedupe_key, partial, note)
+
+        assert row.id is not None
+        if (stop := await self._inbox.stop_after(row.thread_key, row.id)) is not None:
+            # Stopped before it ran, or while a process that died was running it: the text
+            # that process had shown is all there is of the answer.
+            partial = await responder.cut_answer(msg, delivery_id)
+            stream = await responder.open_stream(msg, delivery_id)  # retires what it left
+            result = await stop_turn(partial, stop)
+            if stream is not None:
+                await stream.close()
+            return OutboundReply(text=result.text, answer_id=delivery_id)
         deps = self._run_deps(msg, thread_id)
         await fetch_conversation_tables(deps)
         notes = await ingest_attachments(responder, msg, deps, self._upload_limits) if msg.attachments else []
         earlier = await earlier_messages(self._store, responder, msg, thread_id)
-        agent = self._agent
 
         async def turn(observer: TurnObserver) -> TurnResult:
             message = _user_message(thread_id, msg, notes, earlier)
             return await agent.run_turn(thread_id, message, event_key=msg.dedupe_key, deps=deps, observer=observer)
 
-        result = await self._traced(msg, thread_id, responder, delivery_id, turn)
-        return await self._reply_or_ask(result, msg, thread_id, responder)
+        result = await self._traced(row, msg, thread_id, responder, delivery_id, turn, stop_turn)
+        return await self._reply_or_ask(result, msg, thread_id, responder, delivery_id)
 
     async def _traced(
         self,
+        row: InboundEventRow,
         msg: InboundMessage,
         thread_id: str,
         responder: Responder,
         delivery_id: str,
         turn: Callable[[TurnObserver], Awaitable[TurnResult]],
+        stop_turn: StopTurn,
     ) -> TurnResult:
-        """Run ``turn`` (a new one or a resumed one) with live progress, in a trace span."""
+        """Run ``turn`` (a new one or a resumed one) with live progress, in a trace span, until
+        it ends or a Stop in its thread ends it (`stop_turn`)."""
         stream = await responder.open_stream(msg, delivery_id)
         observer = _ProgressObserver(responder, msg, stream)
         tracer = trace.get_tracer(TRACER_NAME)
@@ -280,20 +315,58 @@ class Dispatcher:
         outcome = "error"
         try:
             with tracer.start_as_current_span("turn", attributes={"ba.platform": msg.platform, "ba.thread_id": thread_id}):
-                result = await turn(observer)
-                outcome = result.end.value
+                ended = await self._stoppable(row, turn(observer))
+                result = await stop_turn(observer.partial, ended) if isinstance(ended, InboundMessage) else ended
+                outcome = "stopped" if isinstance(ended, InboundMessage) else result.end.value
                 return result
         finally:
             TURN_DURATION.labels(outcome).observe(time.perf_counter() - started)
             if stream is not None:
                 await stream.close()
 
+    async def _stoppable(self, row: InboundEventRow, work: Awaitable[TurnResult]) -> TurnResult | InboundMessage:
+        """The turn's result, or the Stop that cancelled it first. Cancelling the turn cancels
+        the model stream and any running query (`agent_core.data.interrupt`); the loop saves the
+        thread's state on its way out."""
+        assert row.id is not None
+        task = asyncio.ensure_future(work)
+        watcher = asyncio.create_task(self._watch_for_stop(row.thread_key, row.id))
+        try:
+            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                return task.result()
+            task.cancel()
+            await asyncio.wait({task})  # not `await task`: our own cancellation must pass
+            if not task.cancelled() and task.exception() is None:
+                return task.result()  # it finished before the cancellation reached it
+            return watcher.result()
+        finally:
+            task.cancel()
+            watcher.cancel()
+
+    async def _watch_for_stop(self, thread_key: str, row_id: int) -> InboundMessage:
+        while True:
+            await asyncio.sleep(STOP_POLL_S)
+            try:
+                stop = await self._inbox.stop_after(thread_key, row_id)
+            except Exception:
+                log.exception("could not look for a stop in %s", thread_key)
+                continue
+            if stop is not None:
+                return stop
+
     async def _reply_or_ask(
-        self, result: TurnResult, msg: InboundMessage, thread_id: str, responder: Responder
+        self, result: TurnResult, msg: InboundMessage, thread_id: str, responder: Responder, delivery_id: str
     ) -> OutboundReply | None:
         """The answer to post, or None after posting the approval request the turn waits for."""
         if result.approval is None:
-            return OutboundReply(text=result.text, files=result.files, provenance=result.provenance)
+            rated = result.end in _RATED  # an answer, not an apology or a budget notice
+            return OutboundReply(
+                text=result.text,
+                files=result.files,
+                provenance=result.provenance,
+                answer_id=delivery_id if rated else None,
+            )
         if self._approvals is None:
             raise RuntimeError("a turn paused for an approval, but approvals are not stored")
         approval = await self._approvals.open(thread_id, msg, result.approval, self._approval_ttl)
@@ -303,7 +376,12 @@ class Dispatcher:
         return None
 
     async def _decide(
-        self, click: InboundMessage, action: ApprovalClick, responder: Responder, delivery_id: str
+        self,
+        row: InboundEventRow,
+        click: InboundMessage,
+        action: ApprovalClick,
+        responder: Responder,
+        delivery_id: str,
     ) -> OutboundReply | None:
         """Settle an approval (once: a double click is a duplicate event, a late one finds it
         decided) and resume its turn, as the asker, with the decision."""
@@ -335,8 +413,13 @@ class Dispatcher:
         async def turn(observer: TurnObserver) -> TurnResult:
             return await agent.resume_turn(thread_id, verdicts, deps, observer)
 
-        result = await self._traced(origin, thread_id, responder, delivery_id, turn)
-        return await self._reply_or_ask(result, origin, thread_id, responder)
+        async def stop_turn(partial: str, stop: InboundMessage) -> TurnResult:
+            note = t(origin.language, "_Stopped by {who}._", who=responder.mention(stop.user).strip() or stop.user)
+            message = _user_message(thread_id, origin, [])
+            return await agent.stop_turn(thread_id, message, origin.dedupe_key, partial, note)
+
+        result = await self._traced(row, origin, thread_id, responder, delivery_id, turn, stop_turn)
+        return await self._reply_or_ask(result, origin, thread_id, responder, delivery_id)
 
     async def _withdraw_approvals(self, thread_id: str, msg: InboundMessage, responder: Responder) -> None:
         """A new message in a thread supersedes the approvals it still waits for. The message
@@ -374,6 +457,7 @@ class Dispatcher:
         await self._ledger.mark_sent(delivery_id)
 
 
+_RATED = frozenset({TurnEnd.ANSWERED, TurnEnd.MAX_TOKENS, TurnEnd.STOPPED})
 _DECISIONS = {"approve": ApprovalStatus.APPROVED, "reject": ApprovalStatus.REJECTED}
 
 

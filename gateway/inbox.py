@@ -265,6 +265,26 @@ class Inbox:
             return None
         return InboundEventRow.model_validate(dict(row))
 
+    async def stop_after(self, thread_key: str, event_row_id: int) -> InboundMessage | None:
+        """A Stop accepted in the thread after event `event_row_id` and not yet handled: the
+        turn of that event is to end as stopped (a thread has a handful of open events)."""
+        stmt = (
+            select(col(InboundEventRow.payload))
+            .where(
+                col(InboundEventRow.thread_key) == thread_key,
+                col(InboundEventRow.status).in_(_OPEN),
+                col(InboundEventRow.id) > event_row_id,
+            )
+            .order_by(col(InboundEventRow.id))
+        )
+        async with self._engine.connect() as conn:
+            payloads = (await conn.execute(stmt)).scalars().all()
+        for payload in payloads:
+            msg = InboundMessage.model_validate_json(payload)
+            if msg.stop:
+                return msg
+        return None
+
     async def start(self, event_row_id: int) -> None:
         """Mark an event as being answered and count the attempt."""
         await self._set(

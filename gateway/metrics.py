@@ -49,9 +49,10 @@ WORKER_RESTARTS = Counter("ba_agent_worker_restarts", "Worker processes that die
 class _ScrapeGauges:
     """Figures read at scrape time by this process alone: the inbox and the worker pool."""
 
-    def __init__(self, pending_events: int, workers: tuple[int, int]) -> None:
+    def __init__(self, pending_events: int, workers: tuple[int, int], feedback: dict[str, int]) -> None:
         self._pending = pending_events
         self._workers = workers
+        self._feedback = feedback
 
     def collect(self) -> Iterator[Metric]:
         pending = GaugeMetricFamily(
@@ -68,9 +69,18 @@ class _ScrapeGauges:
         workers.add_metric(["ready"], ready)
         workers.add_metric(["configured"], configured)
         yield workers
+        feedback = GaugeMetricFamily(
+            "ba_agent_answer_feedback",
+            "Current 👍 (helpful) and 👎 (not_helpful) ratings of answers, in the whole database "
+            "(take max, not sum)",
+            labels=["rating"],
+        )
+        for rating, count in sorted(self._feedback.items()):
+            feedback.add_metric([rating], count)
+        yield feedback
 
 
-def render_metrics(pending_events: int, workers: tuple[int, int]) -> bytes:
+def render_metrics(pending_events: int, workers: tuple[int, int], feedback: dict[str, int] | None = None) -> bytes:
     """The replica's metrics: every process's files in multiprocess mode, else this one's."""
     registry = CollectorRegistry(auto_describe=False)
     if (path := os.environ.get(MULTIPROC_ENV)) is not None:
@@ -81,7 +91,7 @@ def render_metrics(pending_events: int, workers: tuple[int, int]) -> bytes:
     else:
         body = generate_latest(REGISTRY)
     scrape = CollectorRegistry(auto_describe=False)
-    scrape.register(_ScrapeGauges(pending_events, workers))
+    scrape.register(_ScrapeGauges(pending_events, workers, feedback or {}))
     return body + generate_latest(scrape)
 
 

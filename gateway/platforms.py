@@ -7,12 +7,17 @@ uses their responders to answer. Platforms are the plugins `load_settings` read
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from adapters.base import ConnectionStatus, CredentialStatus, GatewayServices, Platform, PlatformAdapter, Responder
+from agent_core.catalog.learned import LearnedExamples
+from agent_core.i18n import Language
 from gateway.config import Settings
+from gateway.feedback import Feedback, FeedbackStore
 from gateway.monitors import alert_actions
 from gateway.runtime import Runtime
 
@@ -25,7 +30,28 @@ def gateway_services(runtime: Runtime) -> GatewayServices:
         approvals=runtime.approvals.get,
         monitor_actions=alert_actions(runtime.monitors),
         engine=runtime.engine,
+        feedback=Feedback(
+            FeedbackStore(runtime.engine),
+            LearnedExamples(runtime.sessions),
+            runtime.settings.access_policy,
+            runtime.responders,
+        ),
+        suggested_prompts=partial(suggested_prompts, runtime.settings),
     )
+
+
+async def suggested_prompts(
+    settings: Settings, platform: str, user: str, channel: str, language: Language
+) -> list[str]:
+    """The operator's `BA_SUGGESTED_PROMPTS`, else questions about the governed metrics the
+    person may see in a DM with the bot (what their own access opens)."""
+    if settings.suggested_prompts:
+        return list(settings.suggested_prompts)
+    from agent_core.governance.audience import Identity
+    from agent_core.suggestions import metric_prompts
+
+    identity = Identity(platform=platform, user=user, channel=channel, is_dm=True)
+    return await asyncio.to_thread(metric_prompts, settings, identity, language)
 
 
 @dataclass

@@ -71,8 +71,9 @@ async def test_a_chinese_users_progress_line_and_provenance_are_chinese(stack) -
     # A thread of the assistant's DM: Slack shows a status line there.
     await gw.post_event(message("上周 GMV 怎么样？", "UZH", "D1", ts="1700000002.000100", thread_ts=THREAD))
     await gw.settled(timeout=30)
-    [status] = [c.params["status"] for c in slack.calls_to("assistant.threads.setStatus")]
-    assert status == "正在查询数据…"
+    # While working, then the step, then cleared with the answer.
+    statuses = [c.params["status"] for c in slack.calls_to("assistant.threads.setStatus")]
+    assert statuses == ["正在处理…", "正在查询数据…", ""]
     answer, footer = slack.posted(channel="D1", thread_ts=THREAD)
     assert answer["markdown_text"] == "上周 GMV 保持平稳。"
     assert footer["blocks"][0]["elements"][0]["text"] == (
@@ -96,8 +97,8 @@ async def test_an_english_users_progress_line_and_provenance_stay_english(stack)
     )
     await gw.post_event(message("how did GMV do last week?", "UEN", "D1", ts="1700000002.000100", thread_ts=THREAD))
     await gw.settled(timeout=30)
-    [status] = [c.params["status"] for c in slack.calls_to("assistant.threads.setStatus")]
-    assert status == "Querying the data…"
+    statuses = [c.params["status"] for c in slack.calls_to("assistant.threads.setStatus")]
+    assert statuses == ["is working on it…", "Querying the data…", ""]
     _, footer = slack.posted(channel="D1", thread_ts=THREAD)
     assert footer["blocks"][0]["elements"][0]["text"].startswith("Source: demo (sales) · Period: 2026-10-25 to 2026-10-31")
     assert footer["attachments"][0]["title"] == "SQL behind this answer"

@@ -85,7 +85,9 @@ async def test_a_slack_answer_from_sql_ends_with_its_provenance_and_sql(slack_st
     assert answers(slack) == [f"GMV held steady all week.\n\n{FAKE_SOURCE}"]  # the model's text as written
     [footer] = provenance_messages(slack)
     assert footer is thread_of(slack)[-1]  # it ends the answer
-    assert footer["blocks"] == [{"type": "context", "elements": [{"type": "mrkdwn", "text": WEEK_LINE}]}]
+    line, feedback = footer["blocks"]  # the provenance line, then 👍/👎 closing the answer
+    assert line == {"type": "context", "elements": [{"type": "mrkdwn", "text": WEEK_LINE}]}
+    assert feedback["type"] == "context_actions"
     [sql] = footer["attachments"]
     assert sql["title"] == "SQL behind this answer"
     shown = html.unescape(sql["text"])  # Slack's mrkdwn escapes &, < and >; the reader sees them
@@ -101,7 +103,8 @@ async def test_an_answer_without_data_has_no_provenance_line(slack_stack) -> Non
     await gw.settled(timeout=30)
     [answer] = thread_of(slack)
     assert answer["markdown_text"] == f"Hello! Ask me about your sales.\n\n{FAKE_SOURCE}"
-    assert "attachments" not in answer and "blocks" not in answer
+    assert "attachments" not in answer
+    assert [b["type"] for b in answer["blocks"]] == ["context_actions"]  # 👍/👎 only: no provenance line
 
 
 async def test_a_delivery_resumed_after_a_failure_posts_answer_chart_and_provenance_once(
@@ -228,7 +231,8 @@ async def test_a_feishu_card_ends_with_the_line_and_the_sql_in_a_collapsed_panel
     await ask_feishu(gw, "how is GMV trending?")
 
     [card] = final_cards(feishu)
-    answer, line, panel = card["body"]["elements"]
+    answer, line, panel, feedback = card["body"]["elements"]  # 👍/👎 close the answer
+    assert feedback["element_id"] == "feedback"
     assert answer["content"] == f"**GMV** grew every month.\n\n{FAKE_SOURCE}"
     assert line["content"] == (
         "<font color='grey'>Source: demo (sales) · Metrics: gmv · Period: 2026-06-01 to 2026-10-31 · "
@@ -246,7 +250,8 @@ async def test_a_feishu_answer_without_data_is_the_answer_alone(feishu_stack) ->
     anthropic.script(Reply([text(f"Hello!\n\n{FAKE_SOURCE}")]))
     await ask_feishu(gw, "hi")
     [card] = final_cards(feishu)
-    assert [e["content"] for e in card["body"]["elements"]] == [f"Hello!\n\n{FAKE_SOURCE}"]
+    answer, feedback = card["body"]["elements"]  # the answer, then 👍/👎 only
+    assert answer["content"] == f"Hello!\n\n{FAKE_SOURCE}" and feedback["element_id"] == "feedback"
 
 
 async def test_a_long_feishu_answer_keeps_every_card_within_limits_and_ends_with_the_panel() -> None:

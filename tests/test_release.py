@@ -298,12 +298,23 @@ def test_worker_starts_answering_and_stops_on_sigterm(installed: Installed) -> N
     assert proc.returncode == 0
 
 
+def test_feedback_and_examples_review_on_an_empty_database(installed: Installed) -> None:
+    assert installed.run("db", "upgrade").returncode == 0
+    feedback = installed.run("feedback")
+    assert feedback.returncode == 0, feedback.stderr
+    assert feedback.stdout.splitlines() == ["👍 0  👎 0", "(no feedback yet)"]
+    review = installed.run("examples", "review")
+    assert review.returncode == 0 and review.stdout.strip() == "(no examples waiting for review)", review.stderr
+    unknown = installed.run("examples", "review", "--approve", "99")
+    assert unknown.returncode == 1 and unknown.stderr == "ba-agent: no proposed example 99\n"
+
+
 def test_readme_commands_all_have_a_release_test() -> None:
     """Every `ba-agent …` command in the README is exercised above (a new command needs a test)."""
     readme = (ROOT / "README.md").read_text()
     documented = {line.split()[1] for line in readme.splitlines() if line.startswith(".venv/bin/ba-agent ")}
     tested = {
         "chat", "serve", "worker", "db", "skills", "stats", "threads", "tool", "memory", "metrics", "catalog", "audit",
-        "monitors",
+        "monitors", "feedback", "examples",
     }  # fmt: skip
     assert documented <= tested, documented - tested

@@ -645,7 +645,7 @@ async def test_a_fired_report_is_answered_by_the_running_gateway_as_a_top_level_
         await gateway.settled()
 
         [post] = slack.posted(channel="C1")
-        assert post.get("thread_ts") is None and "Weekly GMV rose 3%" in post["markdown_text"]
+        assert post.get("thread_ts") is None and "Weekly GMV rose 3%" in slack.markdown_of(post)
         prompt = anthropic.last_request.body["messages"][0]["content"][0]["text"]
         assert prompt.startswith("[from Ann] [Scheduled report") and prompt.endswith("Weekly GMV by region")
         await scheduler.settle_report_runs(utcnow())

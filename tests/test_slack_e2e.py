@@ -200,7 +200,7 @@ async def test_overloaded_model_still_answers(gateway, fakes) -> None:
     )
     await gateway.post_event(app_mention("<@UBOT> status?", "U1", "C1", ts="1700000001.000100"))
     await gateway.settled(timeout=30)
-    assert [p["markdown_text"] for p in replies(slack, "C1")] == ["Answer after the storm."]
+    assert [slack.markdown_of(p) for p in replies(slack, "C1")] == ["Answer after the storm."]
 
 
 async def test_unavailable_model_gets_an_apology_and_history_stays_valid(gateway, fakes) -> None:

@@ -143,8 +143,8 @@ async def test_refused_streaming_falls_back_to_post_and_update(gateway, fakes) -
     await gateway.post_event(app_mention("<@UBOT> and now?", "U1", "C1", ts="1699999999.000300"))
     await gateway.settled()
     assert len(slack.calls_to("chat.startStream")) == 1  # the refusal is remembered
-    assert slack.posted(channel="C1")[-1]["markdown_text"] == "Second answer."
-    assert [p.get("markdown_text") for p in slack.posted(channel="C1")].count(LONG_ANSWER) == 1
+    assert slack.markdown_of(slack.posted(channel="C1")[-1]) == "Second answer."
+    assert [slack.markdown_of(p) for p in slack.posted(channel="C1")].count(LONG_ANSWER) == 1
 
 
 def test_stream_cut_by_kill_9_is_replaced_by_one_answer(database_url: str, tmp_path: Path) -> None:

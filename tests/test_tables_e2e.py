@@ -74,7 +74,8 @@ async def test_a_tabular_answer_arrives_as_a_slack_table_block(slack_stack) -> N
     assert lead == {"type": "markdown", "text": "GMV by region:"}
     assert table["type"] == "table"
     assert cells(table) == [["Region", "GMV"], ["East China", "1,204,000"], ["North China", "880,500"]]
-    assert closing["markdown_text"] == "East China leads."
+    assert slack.markdown_of(closing) == "East China leads."
+    assert closing["blocks"][-1]["type"] == "context_actions"  # 👍/👎 close the answer
     assert slack.uploads == []  # the whole table is in the message: no CSV
 
 
@@ -88,7 +89,8 @@ async def test_a_150_row_table_shows_100_rows_and_attaches_the_full_csv_once(sla
 
     assert len(slack.calls_to("files.getUploadURLExternal")) == 2  # failed once, then resumed
     [message] = thread_of(slack)
-    lead, table = message["blocks"]
+    lead, table, feedback = message["blocks"]  # the answer's one message ends with 👍/👎
+    assert feedback["type"] == "context_actions"
     rows = cells(table)
     assert len(rows) == 100 and rows[0] == ["Day", "Orders"] and rows[-1][1] == "198"  # the first 99
     [upload] = slack.uploads
@@ -106,7 +108,7 @@ async def test_a_long_answer_splits_outside_its_code_block(slack_stack) -> None:
     await gw.post_event(app_mention("<@UBOT> explain", "U1", "C1", ts=THREAD))
     await gw.settled(timeout=30)
 
-    parts = [m["markdown_text"] for m in thread_of(slack)]
+    parts = [slack.markdown_of(m) for m in thread_of(slack)]
     assert len(parts) > 1 and all(len(p) <= 3900 for p in parts)
     assert sum(code in p for p in parts) == 1  # the code block whole, in one message
     assert all(p.count("```") % 2 == 0 for p in parts)

@@ -11,6 +11,7 @@ from typing import Literal, TextIO
 from adapters.approval_clicks import accept_click
 from adapters.base import GatewayServices
 from adapters.download import AttachmentError
+from agent_core.catalog.learned import Proposal
 from agent_core.governance.approval import ApprovalStatus, ApprovalView
 from agent_core.i18n import Language, t
 from agent_core.messages import Attachment, InboundMessage, OutboundReply, new_id
@@ -134,6 +135,12 @@ class ConsoleResponder:
 
     async def user_locale(self, user: str, workspace: str) -> str | None:
         return None  # a terminal has no user profile: the message's language decides
+
+    async def ask_example_review(self, workspace: str, owner: str, proposal: Proposal, language: Language) -> bool:
+        return False  # decided with `ba-agent examples review`
+
+    async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
+        return ""  # a cut streaming card is finished by the next attempt, not read back
 
     def dm_address(self, user: str) -> str | None:
         return user  # the terminal is the user's DM

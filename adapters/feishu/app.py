@@ -27,7 +27,12 @@ class FeishuAdapter:
         self.client = FeishuClient(config)
         self.responder = FeishuResponder(self.client, config)
         card_actions = CardActions(
-            services.accept, services.approvals, services.monitor_actions, self.responder.update_alert
+            services.accept,
+            services.approvals,
+            services.monitor_actions,
+            self.responder.update_alert,
+            services.feedback,
+            self.responder.ask_what_was_wrong,
         )
         self.handle: Handler = make_feishu_handler(
             config, services.accept, self.client.bot_open_id, services.is_live, card_actions

@@ -10,23 +10,28 @@ here, once the click is recorded, as Slack's adapter does after its acknowledgem
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
 from adapters.approval_clicks import ClickAnswer, accept_click
-from adapters.base import AcceptMessage, ActOnAlert, LookupApproval
+from adapters.base import AcceptMessage, ActOnAlert, FeedbackActions, FeedbackClick, LookupApproval
 from adapters.feishu.events import CARD_ACTION, PLATFORM, Ignored, MalformedEvent
 from agent_core.i18n import Language, t
+from agent_core.messages import InboundMessage, ThreadKey
 from agent_core.monitors.model import AlertStatus, AlertView, MonitorAction
 
 log = logging.getLogger(__name__)
 
 # Shows an alert as it now reads in place of its posted card (`FeishuResponder.update_alert`).
 ShowAlert = Callable[[AlertView], Awaitable[None]]
+# Asks "what was wrong?" under a 👎'd answer card (message id, chat id, answer id, language).
+AskWhatWasWrong = Callable[[str, str, str, Language], Coroutine[Any, Any, None]]
+_ASKING: set[asyncio.Task[None]] = set()  # questions being posted (kept from the collector)
 
 
 class _Operator(BaseModel):
@@ -43,9 +48,39 @@ class _AlertValue(BaseModel):
     monitor_action: MonitorAction
 
 
+class _StopTarget(BaseModel):
+    workspace: str
+    chat: str
+    root: str
+    reply_in: str = ""
+    dm: bool = False
+    language: Language = Language.EN
+
+
+class _StopValue(BaseModel):
+    stop: _StopTarget
+
+
+class _FeedbackValue(BaseModel):
+    feedback: Literal["up", "down"]
+    answer_id: str
+    language: Language = Language.EN
+
+
+class _CommentValue(BaseModel):
+    comment_for: str
+    language: Language = Language.EN
+
+
 class _Action(BaseModel):
     tag: str | None = None
     value: dict[str, Any] | None = None
+    form_value: dict[str, Any] | None = None  # a form's inputs, on its submit button's click
+
+
+class _Context(BaseModel):
+    open_message_id: str = ""
+    open_chat_id: str = ""
 
 
 class _Header(BaseModel):
@@ -55,6 +90,7 @@ class _Header(BaseModel):
 class _CardActionEvent(BaseModel):
     operator: _Operator
     action: _Action
+    context: _Context = _Context()
 
 
 class ApprovalCardClick(BaseModel):
@@ -75,12 +111,41 @@ class AlertCardClick(BaseModel):
     action: MonitorAction
 
 
+class StopCardClick(BaseModel):
+    """Who clicked Stop on a streaming answer, and the conversation it stops."""
+
+    event_id: str
+    user: str
+    target: _StopTarget
+
+
+class FeedbackCardClick(BaseModel):
+    event_id: str
+    user: str
+    answer_id: str
+    rating: int
+    language: Language
+    message_id: str  # the answer card clicked, and its chat: where "what was wrong?" is asked
+    chat_id: str
+
+
+class CommentSubmit(BaseModel):
+    """A person's answer to "what was wrong?" (the form's Send)."""
+
+    user: str
+    answer_id: str
+    comment: str
+    language: Language
+
+
 def is_card_action(payload: dict[str, Any]) -> bool:
     header = payload.get("header")
     return isinstance(header, dict) and header.get("event_type") == CARD_ACTION
 
 
-def parse_card_action(payload: dict[str, Any]) -> ApprovalCardClick | AlertCardClick | Ignored:
+def parse_card_action(
+    payload: dict[str, Any],
+) -> ApprovalCardClick | AlertCardClick | StopCardClick | FeedbackCardClick | CommentSubmit | Ignored:
     """The approval or alert click a card action callback carries; Ignored for other card
     actions. Raises MalformedEvent on a callback Feishu does not send."""
     try:
@@ -90,6 +155,34 @@ def parse_card_action(payload: dict[str, Any]) -> ApprovalCardClick | AlertCardC
         raise MalformedEvent(f"bad {CARD_ACTION} callback: {exc.error_count()} errors") from None
     value = event.action.value or {}
     user = event.operator.open_id
+    if "stop" in value:
+        try:
+            stop = _StopValue.model_validate(value)
+        except ValidationError:
+            return Ignored("a Stop click without its conversation")
+        return StopCardClick(event_id=header.event_id, user=user, target=stop.stop)
+    if "feedback" in value:
+        try:
+            rated = _FeedbackValue.model_validate(value)
+        except ValidationError:
+            return Ignored("a feedback click without its answer")
+        rating = 1 if rated.feedback == "up" else -1
+        return FeedbackCardClick(
+            event_id=header.event_id,
+            user=user,
+            answer_id=rated.answer_id,
+            rating=rating,
+            language=rated.language,
+            message_id=event.context.open_message_id,
+            chat_id=event.context.open_chat_id,
+        )
+    if "comment_for" in value:
+        try:
+            comment = _CommentValue.model_validate(value)
+        except ValidationError:
+            return Ignored("a comment without its answer")
+        text = str((event.action.form_value or {}).get("comment") or "")
+        return CommentSubmit(user=user, answer_id=comment.comment_for, comment=text, language=comment.language)
     try:
         approval = _ApprovalValue.model_validate(value)
     except ValidationError:
@@ -112,6 +205,8 @@ class CardActions:
     approvals: LookupApproval | None = None  # None: approval clicks are answered as unknown
     monitor_actions: ActOnAlert | None = None  # None: alert clicks are answered as unknown
     show_alert: ShowAlert | None = None
+    feedback: FeedbackActions | None = None  # None: 👍/👎 clicks are answered as unknown
+    ask_what_was_wrong: AskWhatWasWrong | None = None
 
     async def answer(self, payload: dict[str, Any], transport: str) -> dict[str, Any]:
         """Act on the click ``payload`` carries; the callback response (a toast, or nothing
@@ -122,6 +217,12 @@ class CardActions:
             return {}
         if isinstance(click, AlertCardClick):
             return await self._alert_click(click, transport)
+        if isinstance(click, StopCardClick):
+            return await self._stop_click(click, transport)
+        if isinstance(click, FeedbackCardClick):
+            return await self._feedback_click(click, transport)
+        if isinstance(click, CommentSubmit):
+            return await self._comment(click)
         answer = await accept_click(
             self.approvals,
             self.accept,
@@ -139,6 +240,56 @@ class CardActions:
             "accepted" if answer.accepted else "refused",
         )
         return approval_reply(answer, click.choice)
+
+    async def _stop_click(self, click: StopCardClick, transport: str) -> dict[str, Any]:
+        """A Stop goes through the inbox like any event: the worker answering the thread ends
+        the turn (once, whichever process holds it)."""
+        target = click.target
+        thread = ThreadKey(platform=PLATFORM, workspace=target.workspace, channel=target.chat, root=target.root)
+        outcome = await self.accept(
+            InboundMessage(
+                platform=PLATFORM,
+                event_id=f"card:{click.event_id}",
+                message_id=f"stop:{target.root}:{click.event_id}",
+                workspace=target.workspace,
+                channel=target.chat,
+                thread=thread,
+                reply_in_thread=target.reply_in or None,
+                user=click.user,
+                text="",
+                is_dm=target.dm,
+                stop=True,
+            )
+        )
+        log.info("feishu %s: stop %s (thread %s)", transport, outcome.value, thread)
+        return _toast("success", t(target.language, "Stopping…"))
+
+    async def _feedback_click(self, click: FeedbackCardClick, transport: str) -> dict[str, Any]:
+        rating = None
+        if self.feedback is not None:
+            rating = await self.feedback.rate(FeedbackClick(PLATFORM, click.answer_id, click.user, click.rating))
+        log.info("feishu %s: feedback on %s: %s", transport, click.answer_id, rating)
+        if rating is None:
+            return _toast("warning", t(click.language, "This answer is no longer known."))
+        if rating == 0:
+            return _toast("success", t(click.language, "Your rating was withdrawn."))
+        if rating < 0:
+            if self.ask_what_was_wrong is not None and click.message_id:
+                # After the callback's answer: a reply card with the optional question.
+                task = asyncio.create_task(
+                    self.ask_what_was_wrong(click.message_id, click.chat_id, click.answer_id, click.language)
+                )
+                _ASKING.add(task)
+                task.add_done_callback(_ASKING.discard)
+            return _toast("success", t(click.language, "Thanks: the team will look at this answer."))
+        return _toast("success", t(click.language, "Thanks for the feedback."))
+
+    async def _comment(self, submit: CommentSubmit) -> dict[str, Any]:
+        kept = bool(submit.comment.strip()) and self.feedback is not None and await self.feedback.comment(
+            PLATFORM, submit.answer_id, submit.user, submit.comment
+        )
+        log.info("feishu: comment on %s %s", submit.answer_id, "kept" if kept else "not kept")
+        return _toast("success", t(submit.language, "Thanks for the feedback."))
 
     async def _alert_click(self, click: AlertCardClick, transport: str) -> dict[str, Any]:
         """Record the click before Feishu gets its answer, then show who acted on the card."""

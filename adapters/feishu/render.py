@@ -94,10 +94,12 @@ def answer_card(
     full_table: Table | None = None,
     words: ProvenanceWords = ENGLISH,
     language: Language = Language.EN,
+    answer_id: str | None = None,
 ) -> dict[str, Any]:
     """A JSON 2.0 card showing one part of an answer: its Markdown, then its table (with a note
     when it shows only part of `full_table`); the last part of a data answer ends with its
-    provenance (see `provenance_elements`)."""
+    provenance (see `provenance_elements`), the last part of any answer with 👍/👎 naming
+    `answer_id`."""
     elements: list[dict[str, Any]] = []
     if markdown or table is None:
         elements.append(_markdown_element(markdown))
@@ -108,6 +110,8 @@ def answer_card(
         elements.append({"tag": "markdown", "content": note, "text_size": "notation"})
     if provenance is not None:
         elements.extend(provenance_elements(provenance, words))
+    if answer_id is not None:
+        elements.append(feedback_buttons(answer_id, language))
     preview = summary(markdown) or (summary(", ".join(map(plain_text, table.header))) if table else "")
     return {
         "schema": "2.0",
@@ -183,6 +187,13 @@ def provenance_elements(provenance: Provenance, words: ProvenanceWords = ENGLISH
     ]
 
 
+def feedback_cost(answer_id: str | None, language: Language = Language.EN) -> int:
+    """Bytes the 👍/👎 add to an answer's last card (0 without them)."""
+    if answer_id is None:
+        return 0
+    return _SEPARATOR_COST + len(json.dumps(feedback_buttons(answer_id, language), ensure_ascii=False).encode())
+
+
 def provenance_cost(provenance: Provenance | None, words: ProvenanceWords = ENGLISH) -> int:
     """Bytes the provenance adds to a card (0 without one): the room the answer gives up."""
     if provenance is None:
@@ -200,11 +211,76 @@ def post_markdown(markdown: str, provenance: Provenance | None, words: Provenanc
     return f"{markdown}\n\n{provenance.summary_line(words)}\n\n```sql\n{sql}\n```"
 
 
-def streaming_card(markdown: str) -> dict[str, Any]:
-    """A JSON 2.0 card in streaming mode whose answer element starts as `markdown`."""
+def streaming_card(markdown: str, stop: dict[str, Any] | None = None, language: Language = Language.EN) -> dict[str, Any]:
+    """A JSON 2.0 card in streaming mode whose answer element starts as `markdown`, with a Stop
+    button whose callback value is `stop` (the final answer replaces the card, and the button)."""
     card = answer_card(markdown)
     card["config"]["streaming_mode"] = True
+    if stop is not None:
+        card["body"]["elements"].append(_button(STOP_ELEMENT_ID, t(language, "Stop"), "default", stop))
     return card
+
+
+STOP_ELEMENT_ID = "stop"
+FEEDBACK_UP_ID = "feedback_up"
+FEEDBACK_DOWN_ID = "feedback_down"
+
+
+def feedback_buttons(answer_id: str, language: Language) -> dict[str, Any]:
+    """👍/👎 under an answer; a click names the answer and the rating (and the language to
+    answer the clicker in)."""
+    columns = [
+        {"tag": "column", "width": "auto", "elements": [_button(element_id, label, "text", {
+            "feedback": rating, "answer_id": answer_id, "language": language.value})]}
+        for element_id, label, rating in ((FEEDBACK_UP_ID, "👍", "up"), (FEEDBACK_DOWN_ID, "👎", "down"))
+    ]  # fmt: skip
+    return {"tag": "column_set", "element_id": "feedback", "columns": columns}
+
+
+COMMENT_SEND_ID = "comment_send"
+
+
+def comment_card(answer_id: str, language: Language) -> dict[str, Any]:
+    """The optional "what was wrong?" after a 👎: a form whose Send names the answer."""
+    send = _button(COMMENT_SEND_ID, t(language, "Send"), "primary", {"comment_for": answer_id, "language": language.value})
+    send["form_action_type"] = "submit"
+    send["name"] = COMMENT_SEND_ID
+    return {
+        "schema": "2.0",
+        "config": {"update_multi": True},
+        "body": {
+            "elements": [
+                {
+                    "tag": "form",
+                    "name": "what_was_wrong",
+                    "element_id": "comment_form",
+                    "elements": [
+                        {
+                            "tag": "input",
+                            "name": "comment",
+                            "element_id": "comment",
+                            "required": False,
+                            "input_type": "multiline_text",
+                            "max_length": 1000,
+                            "label": {"tag": "plain_text", "content": t(language, "What was wrong?")},
+                            "placeholder": {"tag": "plain_text", "content": t(language, "What was wrong?")},
+                        },
+                        send,
+                    ],
+                }
+            ]
+        },
+    }
+
+
+def _button(element_id: str, label: str, kind: str, value: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "tag": "button",
+        "element_id": element_id,
+        "text": {"tag": "plain_text", "content": label},
+        "type": kind,
+        "behaviors": [{"type": "callback", "value": value}],
+    }
 
 
 def status_markdown(status: str) -> str:

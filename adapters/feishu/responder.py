@@ -28,6 +28,7 @@ from adapters.feishu.events import PLATFORM, attachments_of, quoted_message_id
 from adapters.feishu.monitor_card import alert_card
 from adapters.feishu.transport import FeishuApiError
 from adapters.markdown_tables import Table
+from agent_core.catalog.learned import Proposal
 from agent_core.governance.approval import ApprovalView
 from agent_core.i18n import Language, t
 from agent_core.messages import Attachment, InboundMessage, OutboundFile, OutboundReply
@@ -61,6 +62,20 @@ _RESOURCE_PATH = re.compile(r"^/open-apis/im/v1/messages/([^/]+)/resources/")
 # Every Feishu message id starts with this; ids the gateway makes up for its own runs do not.
 FEISHU_MESSAGE_ID_PREFIX = "om_"
 OPEN_ID_PREFIX = "ou_"
+
+
+def stop_value(msg: InboundMessage) -> dict[str, Any]:
+    """The Stop button's callback value: the conversation whose turn it stops."""
+    return {
+        "stop": {
+            "workspace": msg.thread.workspace,
+            "chat": msg.channel,
+            "root": msg.thread.root,
+            "reply_in": msg.reply_in_thread or "",
+            "dm": msg.is_dm,
+            "language": msg.language.value,
+        }
+    }
 
 
 def delivery_uuid(*parts: str) -> str:
@@ -142,11 +157,12 @@ class FeishuAnswerStream:
         provenance: Provenance | None = None,
         words: ProvenanceWords = ENGLISH,
         language: Language = Language.EN,
+        answer_id: str | None = None,
     ) -> bool:
-        """End streaming and make `part` (and the answer's provenance, when this is its last
-        part) the card's final content; False if that failed."""
+        """End streaming and make `part` (and the answer's provenance and 👍/👎, when this is
+        its last part) the card's final content; False if that failed."""
         await self.close()
-        card = render.answer_card(part.markdown, provenance, part.table, part.full_table, words, language)
+        card = render.answer_card(part.markdown, provenance, part.table, part.full_table, words, language, answer_id)
         async with self._lock:
             try:
                 await self._client.update_card(self.card_id, card, self._next_sequence())
@@ -230,7 +246,7 @@ class FeishuResponder:
             return existing  # a retried turn keeps writing into its card
         shown = render.status_markdown(initial_status)
         try:
-            card_id = await self._client.create_card(render.streaming_card(shown))
+            card_id = await self._client.create_card(render.streaming_card(shown, stop_value(msg), msg.language))
             # The uuid includes the card: a new card (after a restart) must be posted, not
             # deduplicated into the old, abandoned one.
             await self._send(
@@ -266,7 +282,11 @@ class FeishuResponder:
         # The last part carries the provenance (line and SQL panel): every part leaves room for it.
         provenance = reply.provenance
         words = ProvenanceWords.of(msg.language)
-        budget = render.CONTENT_BUDGET_BYTES - render.provenance_cost(provenance, words)
+        budget = (
+            render.CONTENT_BUDGET_BYTES
+            - render.provenance_cost(provenance, words)
+            - render.feedback_cost(reply.answer_id, msg.language)
+        )
         parts = render.card_parts(reply.text, budget_bytes=budget)
         stream = self._streams.get(delivery_id)
         if not parts and (stream is not None or provenance is not None):
@@ -274,7 +294,10 @@ class FeishuResponder:
             parts = [render.CardPart(empty)]
         last = len(parts) - 1
         first = 0
-        if stream is not None and await stream.finish(parts[0], provenance if last == 0 else None, words, msg.language):
+        closing = reply.answer_id if last == 0 else None
+        if stream is not None and await stream.finish(
+            parts[0], provenance if last == 0 else None, words, msg.language, closing
+        ):
             first = 1
         for index in range(first, len(parts)):
             await self._post_part(
@@ -283,6 +306,7 @@ class FeishuResponder:
                 delivery_uuid(delivery_id, "text", str(index)),
                 provenance if index == last else None,
                 words,
+                reply.answer_id if index == last else None,
             )
         for table in (part.full_table for part in parts if part.full_table is not None):
             await self._post_table_csv(msg, table, delivery_uuid(delivery_id, "table", table.csv_name()))
@@ -358,13 +382,16 @@ class FeishuResponder:
         key: str,
         provenance: Provenance | None = None,
         words: ProvenanceWords = ENGLISH,
+        answer_id: str | None = None,
     ) -> None:
         if self._config.cards_enabled:
             try:
                 await self._send(
                     msg,
                     "interactive",
-                    render.answer_card(part.markdown, provenance, part.table, part.full_table, words, msg.language),
+                    render.answer_card(
+                        part.markdown, provenance, part.table, part.full_table, words, msg.language, answer_id
+                    ),
                     delivery_uuid(key, "card"),
                 )
                 return
@@ -435,6 +462,25 @@ class FeishuResponder:
 
     async def user_locale(self, user: str, workspace: str) -> str | None:
         return None  # Feishu events carry no locale: the message's language decides
+
+    async def ask_what_was_wrong(self, message_id: str, chat_id: str, answer_id: str, language: Language) -> None:
+        """After a 👎: the optional question, as a form card replying to the rated answer."""
+        try:
+            await self._client.reply_message(
+                message_id,
+                "interactive",
+                render.comment_card(answer_id, language),
+                chat_id=chat_id,
+                uuid=delivery_uuid(answer_id, "what-was-wrong", message_id),
+            )
+        except FeishuApiError as exc:
+            log.warning("feishu: could not ask what was wrong with %s: %s", answer_id, exc)
+
+    async def ask_example_review(self, workspace: str, owner: str, proposal: Proposal, language: Language) -> bool:
+        return False  # decided with `ba-agent examples review`
+
+    async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
+        return ""  # a cut streaming card is finished by the next attempt, not read back
 
     def dm_address(self, user: str) -> str | None:
         return None  # Feishu posts to a chat id; a user's p2p chat id is known only inside it

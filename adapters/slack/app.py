@@ -17,6 +17,7 @@ workspace token.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -36,14 +37,21 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.approval_clicks import accept_click
-from adapters.base import ConnectionStatus, CredentialStatus, GatewayServices, Handler, Route
+from adapters.base import ConnectionStatus, CredentialStatus, FeedbackClick, GatewayServices, Handler, Route
 from adapters.credentials import CredentialCheck, CredentialsRefused
 from adapters.slack.alerts import ACTIONS, already_done
 from adapters.slack.config import SlackConfig
-from adapters.slack.events import Ignored, MalformedEvent, candidate_thread, check_envelope, parse_event
+from adapters.slack.events import Ignored, MalformedEvent, candidate_thread, check_envelope, parse_event, parse_stop
 from adapters.slack.installations import BotTokens, Installations
 from adapters.slack.platform import INSTALL_PATH, REDIRECT_PATH
-from adapters.slack.render import APPROVE_ACTION, REJECT_ACTION
+from adapters.slack.render import (
+    APPROVE_ACTION,
+    EXAMPLE_APPROVE_ACTION,
+    EXAMPLE_REJECT_ACTION,
+    FEEDBACK_ACTION,
+    FEEDBACK_COMMENT_VIEW,
+    REJECT_ACTION,
+)
 from adapters.slack.responder import SlackResponder
 
 if TYPE_CHECKING:
@@ -77,6 +85,9 @@ class SlackAdapter:
         self._is_live = services.is_live
         self._approvals = services.approvals
         self._monitor_actions = services.monitor_actions
+        self._feedback = services.feedback
+        self._suggest = services.suggested_prompts
+        self._background: set[asyncio.Task[None]] = set()
         # Socket mode has no signing secret: "" (not None, which makes bolt read the
         # environment); `handle` refuses HTTP deliveries in that mode.
         signing_secret = config.signing_secret.get_secret_value() if config.signing_secret else ""
@@ -109,10 +120,18 @@ class SlackAdapter:
         self._verifier = SignatureVerifier(signing_secret) if config.signing_secret else None
         self.bolt.event("app_mention")(self._on_message)
         self.bolt.event("message")(self._on_message)
+        # Slack's native Stop on an agent session: the thread's turn ends (through the inbox).
+        self.bolt.event("agent_session_stopped")(self._on_stop)
+        # The app's messages tab / AI container opened: suggest what to ask.
+        self.bolt.event("assistant_thread_started")(self._on_assistant_thread)
         # Approve / Reject on an approval request: `block_actions` on the same URL (or socket).
         self.bolt.action(re.compile(f"^({APPROVE_ACTION}|{REJECT_ACTION})$"))(self._on_approval_click)
         # Acknowledge / Mute on a monitor's alert: the same verified path.
         self.bolt.action(re.compile(f"^({'|'.join(ACTIONS)})$"))(self._on_alert_click)
+        # 👍/👎 under answers, the "what was wrong?" modal, a data owner's decision on an example.
+        self.bolt.action(FEEDBACK_ACTION)(self._on_feedback)
+        self.bolt.view(FEEDBACK_COMMENT_VIEW)(self._on_feedback_comment)
+        self.bolt.action(re.compile(f"^({EXAMPLE_APPROVE_ACTION}|{EXAMPLE_REJECT_ACTION})$"))(self._on_example_decision)
         # Bolt answers 404 to events without a listener, and Slack retries those: acknowledge
         # every other subscribed event explicitly.
         self.bolt.event(re.compile(".*"))(self._on_other_event)
@@ -263,6 +282,36 @@ class SlackAdapter:
         outcome = await self._accept(parsed)
         log.info("slack event %s %s (thread %s)", body.get("event_id"), outcome.value, parsed.thread)
 
+    async def _on_assistant_thread(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        """Suggest prompts in the new assistant thread, after Slack has its acknowledgement
+        (cosmetic: nothing is stored, a lost one costs nothing)."""
+        thread = event.get("assistant_thread") or {}
+        user, channel, thread_ts = thread.get("user_id"), thread.get("channel_id"), thread.get("thread_ts")
+        if self._suggest is None or not (isinstance(user, str) and isinstance(channel, str) and isinstance(thread_ts, str)):
+            return
+        team = str(body.get("team_id") or "")
+        task = asyncio.create_task(self._suggest_prompts(team, user, channel, thread_ts))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _suggest_prompts(self, team: str, user: str, channel: str, thread_ts: str) -> None:
+        assert self._suggest is not None
+        try:
+            language = await self.responder.language_of(user, team)
+            prompts = await self._suggest(self.platform, user, channel, language)
+            await self.responder.suggest_prompts(team, channel, thread_ts, prompts, language)
+        except Exception:
+            log.exception("could not suggest prompts in %s", channel)
+
+    async def _on_stop(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
+        team_id = body.get("team_id") or context.team_id or ""
+        parsed = parse_stop(body.get("event_id") or f"stop:{event.get('event_ts')}", team_id, event)
+        if isinstance(parsed, Ignored):
+            log.warning("slack event %s ignored: %s", body.get("event_id"), parsed.reason)
+            return
+        outcome = await self._accept(parsed)
+        log.info("slack stop %s %s (thread %s)", body.get("event_id"), outcome.value, parsed.thread)
+
     async def _on_approval_click(
         self, ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]
     ) -> None:
@@ -304,6 +353,47 @@ class SlackAdapter:
             if alert.acted_by != user_id:  # decided by someone else first
                 channel = (body.get("channel") or {}).get("id") or alert.channel
                 await self.responder.tell_privately(alert.workspace, channel, user_id, already_done(alert), None)
+
+    async def _on_feedback(self, ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Store a 👍/👎 before Slack gets its acknowledgement; after a 👎, ask what was wrong."""
+        user_id = str((body.get("user") or {}).get("id") or "")
+        kind, _, answer_id = str(action.get("value") or "").partition(":")
+        rating = {"up": 1, "down": -1}.get(kind)
+        now = None
+        if self._feedback is not None and rating is not None and answer_id and user_id:
+            now = await self._feedback.rate(FeedbackClick(self.platform, answer_id, user_id, rating))
+        await ack()
+        log.info("slack feedback on %s: %s", answer_id, "unknown answer" if now is None else now)
+        if now == -1 and body.get("trigger_id"):
+            team = _team_of(body)
+            language = await self.responder.language_of(user_id, team)
+            await self.responder.ask_what_was_wrong(team, str(body["trigger_id"]), answer_id, language)
+
+    async def _on_feedback_comment(self, ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]) -> None:
+        user_id = str((body.get("user") or {}).get("id") or "")
+        values = ((view.get("state") or {}).get("values") or {}).get("comment") or {}
+        text = str((values.get("comment") or {}).get("value") or "").strip()
+        answer_id = str(view.get("private_metadata") or "")
+        if self._feedback is not None and text and answer_id and user_id:
+            await self._feedback.comment(self.platform, answer_id, user_id, text)
+        await ack()
+
+    async def _on_example_decision(self, ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
+        user_id = str((body.get("user") or {}).get("id") or "")
+        proposal = None
+        value = str(action.get("value") or "")
+        if self._feedback is not None and value.isdigit() and user_id:
+            approve = action.get("action_id") == EXAMPLE_APPROVE_ACTION
+            proposal = await self._feedback.decide_example(self.platform, int(value), approve, user_id)
+        await ack()
+        log.info("slack example decision on %s: %s", value, proposal.status if proposal else "refused")
+        container = body.get("container") or {}
+        if proposal is not None and container.get("channel_id") and container.get("message_ts"):
+            team = _team_of(body)
+            language = await self.responder.language_of(user_id, team)
+            await self.responder.show_example_decision(
+                team, str(container["channel_id"]), str(container["message_ts"]), proposal, language
+            )
 
     async def _on_other_event(self, body: dict[str, Any]) -> None:
         log.debug("slack event %s acknowledged without action", body.get("event", {}).get("type"))

@@ -197,3 +197,25 @@ def candidate_thread(team_id: str, event: dict[str, Any]) -> ThreadKey | None:
     if event.get("type") != "message" or not thread_ts or event.get("channel_type") == "im":
         return None
     return thread_key_for(event.get("team") or team_id, event["channel"], thread_ts)
+
+
+def parse_stop(event_id: str, team_id: str, event: dict[str, Any]) -> InboundMessage | Ignored:
+    """An `agent_session_stopped` event (a person clicked Stop while the bot was working in a
+    thread) as the Stop of that thread's conversation."""
+    channel, thread_ts, user = event.get("channel"), event.get("thread_ts"), event.get("user")
+    if not (isinstance(channel, str) and isinstance(thread_ts, str) and isinstance(user, str)):
+        return Ignored("agent_session_stopped without channel, thread or user")
+    stopped_at = str(event.get("event_ts") or event_id)
+    return InboundMessage(
+        platform=PLATFORM,
+        event_id=event_id,
+        message_id=f"stop:{thread_ts}:{stopped_at}",
+        workspace=team_id,
+        channel=channel,
+        thread=thread_key_for(team_id, channel, thread_ts),
+        reply_in_thread=thread_ts,
+        user=user,
+        text="",
+        is_dm=channel.startswith("D"),
+        stop=True,
+    )

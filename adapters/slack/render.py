@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.markdown_tables import Table, answer_parts, plain_text
+from agent_core.catalog.learned import Proposal, ProposalStatus
 from agent_core.governance.approval import ApprovalStatus, ApprovalView
 from agent_core.i18n import Language, t
 from agent_core.provenance import ENGLISH, Provenance, ProvenanceWords
@@ -185,3 +186,104 @@ def _button(label: str, action_id: str, value: str, style: str) -> dict[str, Any
         "value": value,
         "style": style,
     }
+
+
+# --- feedback under answers, example reviews ---------------------------------------------------
+
+FEEDBACK_ACTION = "ba_answer_feedback"
+FEEDBACK_COMMENT_VIEW = "ba_feedback_comment"
+EXAMPLE_APPROVE_ACTION = "ba_example_approve"
+EXAMPLE_REJECT_ACTION = "ba_example_reject"
+
+
+def feedback_block(answer_id: str, language: Language) -> dict[str, Any]:
+    """👍/👎 under an answer (Slack's feedback buttons); the values name the answer."""
+    return {
+        "type": "context_actions",
+        "block_id": f"feedback:{answer_id}",
+        "elements": [
+            {
+                "type": "feedback_buttons",
+                "action_id": FEEDBACK_ACTION,
+                "positive_button": {
+                    "text": {"type": "plain_text", "text": "👍"},
+                    "accessibility_label": t(language, "This answer was helpful"),
+                    "value": f"up:{answer_id}",
+                },
+                "negative_button": {
+                    "text": {"type": "plain_text", "text": "👎"},
+                    "accessibility_label": t(language, "This answer was not helpful"),
+                    "value": f"down:{answer_id}",
+                },
+            }
+        ],
+    }
+
+
+def with_blocks(fields: dict[str, Any], blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A message's fields with `blocks` added at its end. Slack takes no `markdown_text` beside
+    blocks: such a message becomes a markdown block (its text the notification fallback)."""
+    if not blocks:
+        return fields
+    if "blocks" in fields:
+        return {**fields, "blocks": [*fields["blocks"], *blocks]}
+    markdown = str(fields.get("markdown_text") or "")
+    return {"text": markdown, "blocks": [{"type": "markdown", "text": markdown}, *blocks]}
+
+
+def comment_view(answer_id: str, language: Language) -> dict[str, Any]:
+    """The optional "what was wrong?" asked after a 👎 (a modal)."""
+    return {
+        "type": "modal",
+        "callback_id": FEEDBACK_COMMENT_VIEW,
+        "private_metadata": answer_id,
+        "title": {"type": "plain_text", "text": _within(t(language, "Feedback"), 24)},
+        "submit": {"type": "plain_text", "text": _within(t(language, "Send"), 24)},
+        "close": {"type": "plain_text", "text": _within(t(language, "Skip"), 24)},
+        "blocks": [
+            {
+                "type": "input",
+                "block_id": "comment",
+                "optional": True,
+                "label": {"type": "plain_text", "text": t(language, "What was wrong?")},
+                "element": {"type": "plain_text_input", "action_id": "comment", "multiline": True, "max_length": 3000},
+            }
+        ],
+    }
+
+
+def example_review_blocks(proposal: Proposal, language: Language) -> tuple[str, list[dict[str, Any]]]:
+    """The DM asking a data owner to confirm a proposed example (or showing the decision)."""
+    facts = t(
+        language,
+        "*A 👍 proposed a verified example* for `{source}` (by {who}).\n*Question:* {question}",
+        source=_escape(proposal.source),
+        who=_escape(proposal.proposed_by),
+        question=_escape(_within(proposal.question, 1500)),
+    )
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": _within(facts, 3000)}},
+        {"type": "rich_text", "elements": [
+            {"type": "rich_text_preformatted", "elements": [{"type": "text", "text": _within(proposal.sql, 2900)}]}
+        ]},
+    ]  # fmt: skip
+    if proposal.status is ProposalStatus.PENDING:
+        text = t(language, "Confirm a verified example for {source}?", source=proposal.source)
+        blocks.append(
+            {
+                "type": "actions",
+                "block_id": f"example:{proposal.id}",
+                "elements": [
+                    _button(t(language, "Approve"), EXAMPLE_APPROVE_ACTION, str(proposal.id), "primary"),
+                    _button(t(language, "Reject"), EXAMPLE_REJECT_ACTION, str(proposal.id), "danger"),
+                ],
+            }
+        )
+    else:
+        who = (proposal.decided_by or "").partition(":")[2]
+        if proposal.status is ProposalStatus.APPROVED:
+            text = t(language, ":white_check_mark: Approved by {who}: search_schema now returns it", who=f"<@{who}>")
+        else:
+            text = t(language, ":no_entry: Rejected by {who}", who=f"<@{who}>")
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
+    return text, blocks

@@ -17,10 +17,21 @@ from adapters.download import AttachmentError, download
 from adapters.slack.alerts import alert_blocks
 from adapters.slack.installations import BotTokens, WorkspaceNotInstalled
 from adapters.slack.locales import UserLocales
-from adapters.slack.render import answer_messages, approval_blocks, provenance_message
-from adapters.slack.stream import SlackAnswerStream, StreamingSupport, retire_cut_streams
+from adapters.slack.render import (
+    answer_messages,
+    approval_blocks,
+    comment_view,
+    example_review_blocks,
+    feedback_block,
+    provenance_message,
+    with_blocks,
+)
+from adapters.slack.stream import SlackAnswerStream, StreamingSupport, cut_streams, retire_cut_streams
+from adapters.slack.surface import MAX_SUGGESTED_PROMPTS, AgentSurface, conversation_title
 from adapters.slack.thread_context import fetch_thread
+from agent_core.catalog.learned import Proposal
 from agent_core.governance.approval import ApprovalView
+from agent_core.i18n import Language, language_of_locale, t
 from agent_core.messages import Attachment, InboundMessage, OutboundReply
 from agent_core.monitors.model import AlertView
 from agent_core.provenance import ProvenanceWords
@@ -54,19 +65,56 @@ class SlackResponder:
         self._bot_user_ids: dict[str, str] = {}  # by workspace
         self._locales = UserLocales(self._web)
         self._bot_ids: dict[str, tuple[str, str | None]] = {}  # by workspace: (user id, bot id), from auth.test
+        self._surface = AgentSurface(self._web)
+        self._titled: dict[tuple[str, str], None] = {}  # assistant threads given a title (oldest first)
 
     async def user_locale(self, user: str, workspace: str) -> str | None:
         return await self._locales.of(user, workspace)
+
+    async def language_of(self, user: str, workspace: str) -> Language:
+        """The language to write to `user` in outside an answer (a modal, a DM): their locale's."""
+        return language_of_locale(await self.user_locale(user, workspace)) or Language.EN
 
     async def show_progress(self, msg: InboundMessage) -> None:
         await self._best_effort(
             msg.workspace, "reactions.add", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
         )
+        if msg.is_dm and msg.reply_in_thread and msg.scheduled_run is None:
+            # An assistant thread (the app's messages tab): a title and a status while working.
+            key = (msg.channel, msg.reply_in_thread)
+            if key not in self._titled and await self._surface.call(
+                msg.workspace,
+                "assistant.threads.setTitle",
+                channel_id=msg.channel,
+                thread_ts=msg.reply_in_thread,
+                title=conversation_title(msg.text),
+            ):
+                self._titled[key] = None
+                while len(self._titled) > 10_000:
+                    self._titled.pop(next(iter(self._titled)))
+            await self._surface.call(
+                msg.workspace,
+                "assistant.threads.setStatus",
+                channel_id=msg.channel,
+                thread_ts=msg.reply_in_thread,
+                status=t(msg.language, "is working on it…"),
+            )
+        # An agent session in the thread: "processing" shows Slack's native Stop button.
+        if msg.reply_in_thread and msg.scheduled_run is None:
+            await self._surface.call(
+                msg.workspace,
+                "agents.sessions.setStatus",
+                status="processing",
+                channel_id=msg.channel,
+                thread_ts=msg.reply_in_thread,
+                title=conversation_title(msg.text),
+                initiator_user_id=msg.user,
+            )
 
     async def show_status(self, msg: InboundMessage, status: str) -> None:
         # The status line exists only in Slack's assistant threads (DM threads of AI apps).
         if msg.is_dm and msg.reply_in_thread:
-            await self._best_effort(
+            await self._surface.call(
                 msg.workspace,
                 "assistant.threads.setStatus",
                 channel_id=msg.channel,
@@ -100,15 +148,18 @@ class SlackResponder:
         if stream is not None and 0 in already:
             await stream.retire()
             stream = None
+        # 👍/👎 close the answer: under its provenance line, or under its last text part.
+        feedback = [feedback_block(reply.answer_id, msg.language)] if reply.answer_id else []
         for index, part in enumerate(parts):
             if index in already:
                 continue
             metadata = {"event_type": REPLY_EVENT_TYPE, "event_payload": {"delivery_id": delivery_id, "part": index}}
+            closing = feedback if index == len(parts) - 1 and reply.provenance is None else []
             # The streamed message becomes the first part: the answer appears once.
-            if index == 0 and stream is not None and await stream.finish(part.fields, metadata):
+            if index == 0 and stream is not None and await stream.finish(part.fields, metadata, closing):
                 continue
             await web.chat_postMessage(
-                channel=msg.channel, thread_ts=msg.reply_in_thread, metadata=metadata, **part.fields
+                channel=msg.channel, thread_ts=msg.reply_in_thread, metadata=metadata, **with_blocks(part.fields, closing)
             )
         # A table shown only in part: the whole of it as CSV, named by its content like the files.
         for table in (p.full_table for p in parts if p.full_table is not None):
@@ -143,13 +194,55 @@ class SlackResponder:
                     "event_type": REPLY_EVENT_TYPE,
                     "event_payload": {"delivery_id": delivery_id, "part": len(parts)},
                 },
-                **provenance_message(reply.provenance, ProvenanceWords.of(msg.language)),
+                **with_blocks(provenance_message(reply.provenance, ProvenanceWords.of(msg.language)), feedback),
             )
 
     async def clear_progress(self, msg: InboundMessage) -> None:
         await self._best_effort(
             msg.workspace, "reactions.remove", channel=msg.channel, timestamp=msg.message_id, name=PROGRESS_REACTION
         )
+        if msg.is_dm and msg.reply_in_thread and msg.scheduled_run is None:
+            await self._surface.call(
+                msg.workspace,
+                "assistant.threads.setStatus", channel_id=msg.channel, thread_ts=msg.reply_in_thread, status=""
+            )
+        if msg.reply_in_thread and msg.scheduled_run is None:
+            await self._surface.call(
+                msg.workspace,
+                "agents.sessions.setStatus", status="active", channel_id=msg.channel, thread_ts=msg.reply_in_thread
+            )
+
+    async def suggest_prompts(
+        self, workspace: str, channel: str, thread_ts: str, prompts: list[str], language: Language
+    ) -> None:
+        """Offer `prompts` in a new assistant thread (Slack shows up to 4)."""
+        if not prompts:
+            return
+        await self._surface.call(
+            workspace,
+            "assistant.threads.setSuggestedPrompts",
+            channel_id=channel,
+            thread_ts=thread_ts,
+            title=t(language, "Try asking:"),
+            prompts=[{"title": conversation_title(p), "message": p} for p in prompts[:MAX_SUGGESTED_PROMPTS]],
+        )
+
+    async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
+        if not msg.reply_in_thread:
+            return ""
+        try:
+            web = await self._web(msg.workspace)
+            bot_user_id = self._bot_user_ids.get(msg.workspace)
+            if bot_user_id is None:
+                bot_user_id = self._bot_user_ids[msg.workspace] = str((await web.auth_test())["user_id"])
+            response = await web.conversations_replies(
+                channel=msg.channel, ts=msg.reply_in_thread, include_all_metadata=True, limit=200
+            )
+        except (SlackApiError, WorkspaceNotInstalled, aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("could not read the unfinished reply in %s: %s", msg.channel, type(exc).__name__)
+            return ""
+        cut = cut_streams(response.get("messages") or [], msg, bot_user_id)
+        return "\n\n".join(str(m.get("text") or "") for m in cut if m.get("text"))
 
     def mention(self, user: str) -> str:
         return f"<@{user}> "
@@ -197,6 +290,25 @@ class SlackResponder:
         await self._best_effort(
             alert.workspace, "chat.update", channel=alert.channel, ts=alert.message_ref, text=text, blocks=blocks
         )
+
+    async def ask_example_review(self, workspace: str, owner: str, proposal: Proposal, language: Language) -> bool:
+        text, blocks = example_review_blocks(proposal, language)
+        try:
+            await (await self._web(workspace)).chat_postMessage(channel=owner, text=text, blocks=blocks)
+        except (SlackApiError, WorkspaceNotInstalled) as exc:
+            log.warning("could not ask %s to review example %d: %s", owner, proposal.id, exc)
+            return False
+        return True
+
+    async def show_example_decision(
+        self, workspace: str, channel: str, ts: str, proposal: Proposal, language: Language
+    ) -> None:
+        text, blocks = example_review_blocks(proposal, language)
+        await self._best_effort(workspace, "chat.update", channel=channel, ts=ts, text=text, blocks=blocks)
+
+    async def ask_what_was_wrong(self, workspace: str, trigger_id: str, answer_id: str, language: Language) -> None:
+        """The optional question after a 👎, as a modal (the click's trigger is valid 3 s)."""
+        await self._best_effort(workspace, "views.open", trigger_id=trigger_id, view=comment_view(answer_id, language))
 
     async def tell_privately(self, workspace: str, channel: str, user: str, text: str, thread_ts: str | None) -> None:
         """An ephemeral note only ``user`` sees (a refused click); best effort."""

@@ -27,7 +27,7 @@ from slack_sdk.models.messages.chunk import Chunk, TaskUpdateChunk
 from slack_sdk.web.async_chat_stream import AsyncChatStream
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.render import MAX_PART_CHARS
+from adapters.slack.render import MAX_PART_CHARS, with_blocks
 from agent_core.messages import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -135,9 +135,12 @@ class SlackAnswerStream:
         if self._pending and not self._broken:
             await self._flush()
 
-    async def finish(self, fields: dict[str, Any], metadata: dict[str, Any]) -> bool:
+    async def finish(
+        self, fields: dict[str, Any], metadata: dict[str, Any], closing: list[dict[str, Any]] | None = None
+    ) -> bool:
         """Make the streamed message the answer's first message (`fields` as chat.postMessage
-        takes them, and its metadata); False when nothing was shown, to post it instead."""
+        takes them, and its metadata, with the `closing` blocks under it: the feedback
+        buttons); False when nothing was shown, to post it instead."""
         await self._settle()
         if self._broken:
             await self.retire()
@@ -153,12 +156,16 @@ class SlackAnswerStream:
                     chunks=self._done_steps() or None,
                     # Until it reads as the answer, a crash leaves it to be replaced.
                     metadata=metadata if unchanged else stream_metadata(self._delivery_id),
+                    # Rendered under the streamed text (Slack's place for feedback buttons).
+                    blocks=(closing or None) if unchanged else None,
                 )
                 if unchanged:
                     return True
             except SlackApiError as exc:  # expired, say: it is still there to edit
                 log.info("slack stream %s did not stop: %s", self.ts, exc.response.get("error"))
-        await self._web().chat_update(channel=self._msg.channel, ts=self.ts, metadata=metadata, **fields)
+        await self._web().chat_update(
+            channel=self._msg.channel, ts=self.ts, metadata=metadata, **with_blocks(fields, closing or [])
+        )
         return True
 
     async def become(self, text: str, blocks: list[dict[str, Any]], metadata: dict[str, Any]) -> str | None:
@@ -281,24 +288,30 @@ async def retire_cut_streams(web: AsyncWebClient, msg: InboundMessage, bot_user_
     except SlackApiError as exc:
         log.debug("could not look for cut streams in %s: %s", msg.channel, exc.response.get("error"))
         return
-    for message in response.get("messages") or []:
+    for message in cut_streams(response.get("messages") or [], msg, bot_user_id):
         ts = str(message.get("ts"))
         meta = message.get("metadata") or {}
-        cut = (
-            message.get("user") == bot_user_id
-            and ts != thread_ts
-            and not message.get("files")
-            and (after is None or (_ts_order(ts) or (0, 0)) > after)
-            and (not meta or meta.get("event_type") == STREAM_EVENT_TYPE)
-        )
-        if not cut:
-            continue
         log.info("retiring the reply %s a crashed attempt left in %s", ts, msg.channel)
         with contextlib.suppress(SlackApiError):
             if not meta:
                 await web.chat_stopStream(channel=msg.channel, ts=ts)
         with contextlib.suppress(SlackApiError):
             await web.chat_delete(channel=msg.channel, ts=ts)
+
+
+def cut_streams(messages: list[dict[str, Any]], msg: InboundMessage, bot_user_id: str) -> list[dict[str, Any]]:
+    """Replies of ours among a thread's `messages`, after `msg`, that a crashed attempt left
+    unfinished: streams without metadata, and post + update replies never made final."""
+    after = _ts_order(msg.message_id)
+    return [
+        message
+        for message in messages
+        if message.get("user") == bot_user_id
+        and str(message.get("ts")) != msg.reply_in_thread
+        and not message.get("files")
+        and (after is None or (_ts_order(str(message.get("ts"))) or (0, 0)) > after)
+        and (not message.get("metadata") or (message.get("metadata") or {}).get("event_type") == STREAM_EVENT_TYPE)
+    ]
 
 
 def _ts_order(ts: str) -> tuple[int, int] | None:

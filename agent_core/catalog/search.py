@@ -28,6 +28,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from agent_core.catalog.bm25 import Bm25Index, Hit, weighted_terms
 from agent_core.catalog.examples import VerifiedExample, tables_read
 from agent_core.catalog.joins import Join, find_joins
+from agent_core.catalog.learned import LearnedExamples
 from agent_core.catalog.metrics import MetricDocument
 from agent_core.catalog.models import CatalogTable
 from agent_core.catalog.ranking import Group, rank_groups
@@ -324,6 +325,7 @@ class SchemaSearch:
         self._metrics: list[MetricDocument] | None = None
         self._index: tuple[object, SchemaIndex] | None = None
         self._building = asyncio.Lock()
+        self._learned = LearnedExamples(sessions)  # confirmed from feedback, searched alike
 
     async def search(
         self, question: str, usable: Collection[str], limit: int, access: CatalogAccess | None = None
@@ -338,12 +340,13 @@ class SchemaSearch:
             return await self._current_index()
 
     async def _current_index(self) -> SchemaIndex:
-        version = await self._store.version()
+        version = (await self._store.version(), await self._learned.version())
         if self._index is None or self._index[0] != version:
             if self._metrics is None:
                 self._metrics = await asyncio.to_thread(self._load_metrics) if self._load_metrics else []
             tables = await self._store.load()
-            index = await asyncio.to_thread(SchemaIndex, tables, self._examples, self._metrics, self._everyone)
+            examples = self._examples + await self._learned.approved()
+            index = await asyncio.to_thread(SchemaIndex, tables, examples, self._metrics, self._everyone)
             self._index = (version, index)
         return self._index[1]
 

@@ -34,7 +34,9 @@ class SourceState(BaseModel):
 async def create_catalog_tables(engine: AsyncEngine) -> None:
     """Create the catalog's tables if missing: for tests and tools that run without the
     gateway's migrations (which create the same tables in revision 0003)."""
-    tables = [table_of(model) for model in CATALOG_TABLES]
+    from agent_core.catalog.learned import ExampleProposalRow  # searched beside the catalog
+
+    tables = [table_of(model) for model in (*CATALOG_TABLES, ExampleProposalRow)]
     async with engine.begin() as conn:
         await conn.run_sync(lambda sync: SQLModel.metadata.create_all(sync, tables=tables))
 

@@ -31,6 +31,7 @@ from agent_core.config import SQL_DIALECTS
 from agent_core.data.availability import SOURCE_CHECKS, SourceChecks
 from agent_core.data.duckdb_engine import QueryResult
 from agent_core.data.errors import QueryTimeout, UnsafeSQLError
+from agent_core.data.interrupt import interruptible
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.governance.audience import Identity
 from agent_core.governance.audit import AuditUnavailable, DataAccess, Outcome
@@ -183,7 +184,8 @@ class SourceAccess:
             record(attempt)  # AuditUnavailable withholds the rows
             return result
 
-        return await asyncio.to_thread(work, query)
+        # Cancelling the awaiting task (a Stop) cancels the running query too.
+        return await interruptible(work, query)
 
 
 class _Attempt:

@@ -39,6 +39,7 @@ from pydantic import BaseModel
 from agent_core.data.demo import DEMO_CATALOG
 from agent_core.data.error_text import without_row_values
 from agent_core.data.errors import MalformedUpload, QueryFailed, QueryTimeout, TableNotFound
+from agent_core.data.interrupt import on_interrupt
 from agent_core.data.sql_guard import ensure_read_only, with_row_limit
 
 # Never let DuckDB fetch an extension at run time: the machine has no internet, and a query
@@ -239,10 +240,11 @@ def run_duckdb_query(
         timer = threading.Timer(timeout_s, conn.interrupt)
         timer.start()
         try:
-            cursor = conn.execute(capped_sql)
-            columns = [d[0] for d in cursor.description]
-            column_types = [str(d[1]) for d in cursor.description]
-            rows, truncated = _fetch_rows(cursor.fetchmany, row_cap, byte_cap)
+            with on_interrupt(conn.interrupt):  # a stopped turn stops its query
+                cursor = conn.execute(capped_sql)
+                columns = [d[0] for d in cursor.description]
+                column_types = [str(d[1]) for d in cursor.description]
+                rows, truncated = _fetch_rows(cursor.fetchmany, row_cap, byte_cap)
         except duckdb.InterruptException as error:
             raise QueryTimeout(
                 f"The query was cancelled after {timeout_s:g} s. Aggregate more or filter to "

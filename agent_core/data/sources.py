@@ -71,6 +71,7 @@ from agent_core.data.errors import (
     QueryTimeout,
     TableNotFound,
 )
+from agent_core.data.interrupt import on_interrupt
 from agent_core.data.result_cap import cap_rows, fetch_capped
 from agent_core.data.source_config import (
     DataSourceConfig,
@@ -255,7 +256,7 @@ def _run_postgres(
     cfg: DataSourceConfig, sql: str, row_cap: int, byte_cap: int, timeout_s: float
 ) -> _Fetched:
     try:
-        with _postgres_connection(cfg, timeout_s) as conn:
+        with _postgres_connection(cfg, timeout_s) as conn, on_interrupt(conn.cancel_safe):
             conn.execute("SET TRANSACTION READ ONLY")
             cursor = conn.cursor()
             # Single-row mode: rows arrive as fetch_capped asks for them; closing the stream

@@ -16,6 +16,7 @@
             column_grants: {finance: [customer_email]}  # …except these groups
         require_approval: true     # every query on it waits for Approve in the thread…
         approvers: finance         # …by the asker or a member of this group
+        owners: [slack:U02FIN]     # confirm examples learned from 👍 on its answers
     metrics:                       # a governed metric (BA_SEMANTIC_DIR) may require it too
       revenue: {require_approval: true, approvers: finance}
     channels:                      # the audience of a shared place
@@ -62,6 +63,8 @@ class SourcePolicy(BaseModel):
     require_approval: bool = False
     # Who besides the asker may approve its queries (a group of the file); None: the asker only.
     approvers: GroupName | None = None
+    # Data owners: they confirm the examples a 👍 on an answer from this source proposes.
+    owners: list[ChatId] = Field(default_factory=list)
 
 
 class MetricPolicy(BaseModel):

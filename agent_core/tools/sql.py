@@ -37,6 +37,7 @@ from agent_core.data.errors import (
     TableNotFound,
     UnsafeSQLError,
 )
+from agent_core.data.interrupt import interruptible
 from agent_core.data.result_cap import cap_rows
 from agent_core.data.source_config import DataSourceConfig, is_allowed
 from agent_core.data.sql_guard import ensure_read_only
@@ -119,7 +120,7 @@ async def query_conversation_data(
     Raises ToolError (see :func:`data_errors`).
     """
     with data_errors():
-        result = await asyncio.to_thread(
+        result = await interruptible(
             run_duckdb_query,
             conversation_database(ctx),
             sql,

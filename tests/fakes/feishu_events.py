@@ -156,9 +156,11 @@ def card_action(
     tag: str = "button",
     event_id: str | None = None,
     token: str = VERIFICATION_TOKEN,
+    form_value: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A schema 2.0 card.action.trigger callback: `open_id` clicked a component whose callback
-    value is `value`, on the card message `message_id`."""
+    value is `value`, on the card message `message_id` (`form_value`: the inputs of the form
+    whose submit button it was, by name)."""
     return {
         "schema": "2.0",
         "header": {
@@ -177,7 +179,7 @@ def card_action(
                 "union_id": f"on_{open_id}",
             },
             "token": f"c-{uuid.uuid4().hex}",  # for a delayed card update; the bot does not use it
-            "action": {"value": value or {}, "tag": tag},
+            "action": {"value": value or {}, "tag": tag, **({"form_value": form_value} if form_value is not None else {})},
             "host": "im_message",
             "context": {"open_message_id": message_id, "open_chat_id": chat_id},
         },
@@ -194,6 +196,18 @@ def card_click(
         raise AssertionError(f"the card has no button {element_id!r}")
     [value] = [b["value"] for b in button.get("behaviors", []) if b.get("type") == "callback"]
     return card_action(value, open_id=open_id, message_id=message_id, chat_id=chat_id)
+
+
+def form_submit(
+    card: dict[str, Any], button_id: str, open_id: str, values: dict[str, Any], *, message_id: str, chat_id: str
+) -> dict[str, Any]:
+    """The callback of `open_id` filling a form of `card` with `values` (input name → text) and
+    clicking its submit button `button_id`."""
+    button = _find_element(card.get("body", {}).get("elements", []), button_id)
+    if button is None or button.get("form_action_type") != "submit":
+        raise AssertionError(f"the card has no submit button {button_id!r}")
+    [value] = [b["value"] for b in button.get("behaviors", []) if b.get("type") == "callback"]
+    return card_action(value, open_id=open_id, message_id=message_id, chat_id=chat_id, form_value=values)
 
 
 def _find_element(elements: Any, element_id: str) -> dict[str, Any] | None:

@@ -226,6 +226,11 @@ class FakeSlack(FakeServer):
         self.uploads: list[SlackUpload] = []
         self.downloads: list[str] = []
         self.assistant_status: dict[tuple[str, str], str] = {}
+        self.assistant_titles: dict[tuple[str, str], str] = {}
+        self.suggested_prompts: dict[tuple[str, str], list[dict[str, str]]] = {}
+        # (channel, thread_ts) -> {"status": …, "title": …}: agents.sessions.* (agent sessions)
+        self.agent_sessions: dict[tuple[str, str], dict[str, Any]] = {}
+        self.views: list[dict[str, Any]] = []  # views.open: modals opened, newest last
         self.socket_acks: list[SocketAck] = []
         self.socket_connections = 0  # websockets ever opened
         self._sockets: list[_Socket] = []  # open ones, oldest first
@@ -254,8 +259,11 @@ class FakeSlack(FakeServer):
             "reactions.add": self._reactions_add,
             "reactions.remove": self._reactions_remove,
             "assistant.threads.setStatus": self._assistant_set_status,
-            "assistant.threads.setTitle": self._ok,
-            "assistant.threads.setSuggestedPrompts": self._ok,
+            "assistant.threads.setTitle": self._assistant_set_title,
+            "assistant.threads.setSuggestedPrompts": self._assistant_set_prompts,
+            "agents.sessions.setStatus": self._agent_session_set_status,
+            "agents.sessions.rename": self._agent_session_rename,
+            "views.open": self._views_open,
             "conversations.replies": self._conversations_replies,
             "conversations.history": self._conversations_history,
             "conversations.info": self._conversations_info,
@@ -633,6 +641,14 @@ class FakeSlack(FakeServer):
     def _bot_ids(self) -> set[str]:
         return {team.bot_id for team in self._teams.values()}
 
+    @staticmethod
+    def markdown_of(message: dict[str, Any]) -> str:
+        """The Markdown a message shows: its ``markdown_text``, or its markdown blocks' text (a
+        message with other blocks too, such as feedback buttons, carries it that way)."""
+        if "markdown_text" in message:
+            return str(message["markdown_text"])
+        return "\n\n".join(str(b.get("text")) for b in message.get("blocks") or [] if b.get("type") == "markdown")
+
     def reactions_on(self, channel: str, ts: str) -> list[str]:
         """Names of the reactions currently on a message."""
         return [name for name, users in self.reactions.get((channel, ts), {}).items() if users]
@@ -925,6 +941,59 @@ class FakeSlack(FakeServer):
             "status", ""
         )
         return {}
+
+    def _assistant_set_title(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "channel_id", "thread_ts", "title")
+        self.assistant_titles[(params["channel_id"], params["thread_ts"])] = params["title"]
+        return {}
+
+    def _assistant_set_prompts(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "channel_id", "thread_ts", "prompts")
+        prompts = params["prompts"]
+        if not isinstance(prompts, list) or not 1 <= len(prompts) <= 4:
+            raise _SlackError("invalid_arguments", "prompts: between 1 and 4 items")
+        if any(not isinstance(p, dict) or not p.get("title") or not p.get("message") for p in prompts):
+            raise _SlackError("invalid_arguments", "each prompt needs a title and a message")
+        self.suggested_prompts[(params["channel_id"], params["thread_ts"])] = prompts
+        return {}
+
+    def _agent_session_set_status(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Creates the session of a thread (with its title, on creation only) or sets its status."""
+        self._require(params, "status")
+        if params["status"] not in ("active", "processing", "suspended", "closed"):
+            raise _SlackError("invalid_arguments", "status")
+        key = (params.get("channel_id", ""), params.get("thread_ts", ""))
+        session = self.agent_sessions.setdefault(key, {"title": params.get("title"), "statuses": []})
+        session["status"] = params["status"]
+        session["statuses"].append(params["status"])
+        return {"status": params["status"], "title": session["title"]}
+
+    def _agent_session_rename(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "title")
+        key = (params.get("channel_id", ""), params.get("thread_ts", ""))
+        if key not in self.agent_sessions:
+            raise _SlackError("session_not_found")
+        self.agent_sessions[key]["title"] = params["title"]
+        return {}
+
+    def _views_open(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._require(params, "trigger_id", "view")
+        view = params["view"]
+        if isinstance(view, str):
+            view = json.loads(view)
+        opened = {**view, "id": f"V{secrets.token_hex(5).upper()}", "team_id": self.team_id}
+        self.views.append(opened)
+        return {"view": opened}
+
+    def click_stop(self, channel: str, thread_ts: str) -> list[str]:
+        """A person clicks Stop on the thread's agent session: Slack stops the app's live
+        streams there itself and returns their timestamps (the event's `streaming_message_ts`)."""
+        stopped = []
+        for stream in self.streams.streams:
+            if stream.channel == channel and stream.thread_ts == thread_ts and not stream.stopped:
+                stream.stopped = True
+                stopped.append(stream.ts)
+        return stopped
 
     def _conversations_history(self, params: dict[str, Any]) -> dict[str, Any]:
         """Top-level messages of a channel, newest first, after ``oldest`` when given."""

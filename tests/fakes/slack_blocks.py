@@ -32,6 +32,9 @@ def check_blocks(blocks: Any) -> None:
     markdown = sum(len(b.get("text") or "") for b in blocks if b.get("type") == "markdown")
     if markdown > _MAX_MARKDOWN_BLOCK_CHARS:
         raise InvalidBlocks("markdown blocks exceed 12000 characters")
+    for block in blocks:
+        if block.get("type") == "context_actions":
+            _check_context_actions(block)
     for table in tables:
         rows = table.get("rows")
         if not isinstance(rows, list) or not rows or len(rows) > _MAX_TABLE_ROWS:
@@ -49,3 +52,23 @@ def check_blocks(blocks: Any) -> None:
             s is not None and s.get("align", "left") not in _COLUMN_ALIGNS for s in settings
         ):
             raise InvalidBlocks("column_settings: at most 20, align left/center/right")
+
+
+def _check_context_actions(block: dict[str, Any]) -> None:
+    """A context_actions block: 1 to 5 feedback_buttons / icon_button elements; feedback
+    buttons carry a positive and a negative button, each with plain text and a value."""
+    elements = block.get("elements")
+    if not isinstance(elements, list) or not 1 <= len(elements) <= 5:
+        raise InvalidBlocks("context_actions must hold 1 to 5 elements")
+    for element in elements:
+        kind = element.get("type") if isinstance(element, dict) else None
+        if kind == "feedback_buttons":
+            for side in ("positive_button", "negative_button"):
+                button = element.get(side)
+                if not isinstance(button, dict) or not button.get("value"):
+                    raise InvalidBlocks(f"feedback_buttons needs a {side} with a value")
+                text = button.get("text")
+                if not isinstance(text, dict) or text.get("type") != "plain_text" or not text.get("text"):
+                    raise InvalidBlocks(f"{side} needs plain_text text")
+        elif kind != "icon_button":
+            raise InvalidBlocks("context_actions elements must be feedback_buttons or icon_button")

@@ -250,6 +250,56 @@ def message(
     )
 
 
+def agent_session_stopped(
+    channel: str,
+    thread_ts: str,
+    user: str,
+    *,
+    streaming_message_ts: list[str] | None = None,
+    team: str = "T1",
+    event_id: str | None = None,
+    bot_user_id: str = "UBOT",
+    api_app_id: str = "A1",
+) -> dict[str, Any]:
+    """``user`` clicked the native Stop of the agent session in ``channel``/``thread_ts``
+    (https://docs.slack.dev/reference/events/agent_session_stopped): ``streaming_message_ts``
+    lists the app's streams Slack stopped (``FakeSlack.click_stop`` returns them)."""
+    event = {
+        "type": "agent_session_stopped",
+        "channel": channel,
+        "thread_ts": thread_ts,
+        "user": user,
+        "streaming_message_ts": streaming_message_ts or [],
+        "event_ts": f"{time.time():.6f}",
+    }
+    return _envelope(event, team=team, event_id=event_id, bot_user_id=bot_user_id, api_app_id=api_app_id)
+
+
+def assistant_thread_started(
+    user: str,
+    channel: str,
+    thread_ts: str,
+    *,
+    context_channel: str | None = None,
+    team: str = "T1",
+    event_id: str | None = None,
+    bot_user_id: str = "UBOT",
+    api_app_id: str = "A1",
+) -> dict[str, Any]:
+    """``user`` opened the app's messages tab / AI container, which started the assistant thread
+    ``channel``/``thread_ts`` (https://docs.slack.dev/reference/events/assistant_thread_started);
+    ``context_channel``: the channel they were viewing."""
+    context: dict[str, Any] = {"team_id": team, "enterprise_id": None}
+    if context_channel:
+        context["channel_id"] = context_channel
+    event = {
+        "type": "assistant_thread_started",
+        "assistant_thread": {"user_id": user, "context": context, "channel_id": channel, "thread_ts": thread_ts},
+        "event_ts": f"{time.time():.6f}",
+    }
+    return _envelope(event, team=team, event_id=event_id, bot_user_id=bot_user_id, api_app_id=api_app_id)
+
+
 def block_actions(
     message: dict[str, Any],
     action_id: str,
@@ -304,6 +354,85 @@ def block_actions(
                 "action_ts": ts,
             }
         ],
+        "state": {"values": {}},
+    }
+
+
+def feedback_click(
+    message: dict[str, Any],
+    positive: bool,
+    user: str,
+    *,
+    team: str = "T1",
+    api_app_id: str = "A1",
+) -> dict[str, Any]:
+    """The ``block_actions`` payload of ``user`` clicking 👍 (``positive``) or 👎 of the
+    ``feedback_buttons`` in ``message``'s ``context_actions`` block (send it with
+    :func:`signed_interaction`)."""
+    element, block_id = next(
+        (element, block.get("block_id"))
+        for block in message.get("blocks", [])
+        if block.get("type") == "context_actions"
+        for element in block.get("elements", [])
+        if element.get("type") == "feedback_buttons"
+    )
+    button = element["positive_button" if positive else "negative_button"]
+    payload = _interaction(message, user, team=team, api_app_id=api_app_id)
+    payload["actions"] = [
+        {
+            "type": "feedback_buttons",
+            "action_id": element["action_id"],
+            "block_id": block_id,
+            "text": button["text"],
+            "value": button["value"],
+            "action_ts": f"{time.time():.6f}",
+        }
+    ]
+    return payload
+
+
+def view_submission(view: dict[str, Any], user: str, values: dict[str, dict[str, str]], *, team: str = "T1") -> dict[str, Any]:
+    """``user`` submitting the modal ``view`` (as ``FakeSlack.views`` holds it) with
+    ``values``: {block_id: {action_id: text}} for its plain-text inputs."""
+    state = {
+        block_id: {action_id: {"type": "plain_text_input", "value": text} for action_id, text in inputs.items()}
+        for block_id, inputs in values.items()
+    }
+    return {
+        "type": "view_submission",
+        "team": {"id": team, "domain": "fake"},
+        "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": team},
+        "api_app_id": "A1",
+        "token": VERIFICATION_TOKEN,
+        "trigger_id": f"{secrets.randbelow(10**10)}.{secrets.randbelow(10**10)}.{uuid.uuid4().hex}",
+        "view": {**view, "state": {"values": state}, "hash": uuid.uuid4().hex[:16]},
+        "response_urls": [],
+        "is_enterprise_install": False,
+        "enterprise": None,
+    }
+
+
+def _interaction(message: dict[str, Any], user: str, *, team: str, api_app_id: str) -> dict[str, Any]:
+    container = {
+        "type": "message",
+        "message_ts": message["ts"],
+        "channel_id": message["channel"],
+        "is_ephemeral": False,
+        **({"thread_ts": message["thread_ts"]} if message.get("thread_ts") else {}),
+    }
+    return {
+        "type": "block_actions",
+        "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": team},
+        "api_app_id": api_app_id,
+        "token": VERIFICATION_TOKEN,
+        "container": container,
+        "trigger_id": f"{secrets.randbelow(10**10)}.{secrets.randbelow(10**10)}.{uuid.uuid4().hex}",
+        "team": {"id": team, "domain": "fake"},
+        "enterprise": None,
+        "is_enterprise_install": False,
+        "channel": {"id": message["channel"], "name": "channel"},
+        "message": {k: message[k] for k in ("type", "ts", "text", "blocks", "thread_ts") if k in message},
+        "response_url": f"https://hooks.slack.com/actions/{team}/{secrets.randbelow(10**12)}/{uuid.uuid4().hex}",
         "state": {"values": {}},
     }
 

@@ -1,0 +1,88 @@
+"""Queries that stop when their turn is cancelled (a person clicked Stop).
+
+A query runs in a worker thread (`asyncio.to_thread`); cancelling the task that awaits it does
+not stop the thread, and the database would go on scanning. `interruptible` runs the blocking
+function with an `Interrupt` in its context (threads started by `to_thread` see the caller's
+context variables), the engine code binds its connection's cancel to it (`on_interrupt`), and a
+cancellation of the awaiting task fires it: DuckDB's `interrupt()`, PostgreSQL's cancel request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Interrupt:
+    """The cancel action of the query running now, fired at most once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancel: Callable[[], object] | None = None
+        self.fired = False
+
+    def bind(self, cancel: Callable[[], object]) -> None:
+        with self._lock:
+            self._cancel = cancel
+            fired = self.fired
+        if fired:  # cancelled before the query started: it stops at once
+            _quietly(cancel)
+
+    def unbind(self) -> None:
+        with self._lock:
+            self._cancel = None
+
+    def fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            cancel = self._cancel
+        if cancel is not None:
+            _quietly(cancel)
+
+
+_current: ContextVar[Interrupt | None] = ContextVar("ba_query_interrupt", default=None)
+
+
+@contextlib.contextmanager
+def on_interrupt(cancel: Callable[[], object]) -> Iterator[None]:
+    """While the block runs, a cancellation of the awaiting turn calls `cancel` (from the event
+    loop's thread: it must be safe to call from another thread, as DuckDB's `interrupt` and
+    psycopg's `cancel_safe` are)."""
+    interrupt = _current.get()
+    if interrupt is None:
+        yield
+        return
+    interrupt.bind(cancel)
+    try:
+        yield
+    finally:
+        interrupt.unbind()
+
+
+async def interruptible(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """`asyncio.to_thread(fn, …)` whose query is cancelled with the awaiting task."""
+    interrupt = Interrupt()
+    token = _current.set(interrupt)
+    try:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    except asyncio.CancelledError:
+        interrupt.fire()
+        raise
+    finally:
+        _current.reset(token)
+
+
+def _quietly(cancel: Callable[[], object]) -> None:
+    try:
+        cancel()
+    except Exception as exc:  # noqa: BLE001 - the connection may be closing; the turn ends anyway
+        log.debug("query cancel failed: %s", type(exc).__name__)
