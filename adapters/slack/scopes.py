@@ -19,6 +19,9 @@ EVENT_SUBSCRIPTIONS: dict[str, tuple[str, ...]] = {
     # Uninstalls (OAuth installs): the workspace's installation is deleted.
     "app_uninstalled": ("app_uninstalled",),
     "tokens_revoked": ("tokens_revoked",),
+    # The agent surface: the messages tab opened (suggested prompts), Slack's native Stop.
+    "assistant_thread_started": ("assistant_thread_started",),
+    "agent_session_stopped": ("agent_session_stopped",),
 }
 
 # A subscribed bot event → the scope Slack requires for it (none for the uninstall events).
@@ -30,6 +33,8 @@ EVENT_SCOPES: dict[str, tuple[str, ...]] = {
     "message.mpim": ("mpim:history",),
     "app_uninstalled": (),
     "tokens_revoked": (),
+    "assistant_thread_started": ("assistant:write",),
+    "agent_session_stopped": ("assistant:write",),
 }
 
 # Conversation types the bot reads history in: one scope each.
@@ -47,6 +52,11 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
     "chat.appendStream": ("chat:write",),
     "chat.stopStream": ("chat:write",),
     "assistant.threads.setStatus": ("chat:write",),
+    "assistant.threads.setSuggestedPrompts": ("assistant:write",),
+    "assistant.threads.setTitle": ("assistant:write",),
+    # Thread-based agent sessions need chat:write (the app declared as an agent has assistant:write).
+    "agents.sessions.setStatus": ("chat:write",),
+    "views.open": (),  # the "what was wrong?" modal: a click's trigger_id, no scope
     "reactions.add": ("reactions:write",),
     "reactions.remove": ("reactions:write",),
     "conversations.replies": _HISTORY,
