@@ -293,4 +293,4 @@ async def test_bad_files_get_notes_and_the_question_is_answered(database_url: st
         "broken.xlsx is not a readable .xlsx workbook (ParseError)"
     ) in note
     assert "what do these show?" in note
-    assert [p["markdown_text"] for p in slack.posted(channel="D1")] == ["Here is what I could read."]
+    assert [slack.markdown_of(p) for p in slack.posted(channel="D1")] == ["Here is what I could read."]
