@@ -23,8 +23,9 @@ here from its published definition:
 Prints, for the three NAB profiles: our detector, the previous version of it (without the
 seasonal envelope), NAB's Windowed Gaussian baseline, a causal rolling z-score, and the null
 and perfect detectors (sanity: 0 and 100); per category, each detector at its corpus threshold;
-leave-one-category-out (each category at the threshold best on the others); seconds per 20k-point series (engine and the whole tool);
-and events raised at the tool's default threshold on the artificial no-anomaly series.
+leave-one-category-out (each category at the threshold best on the others); seconds per
+20k-point series (engine and the whole tool); and events raised at the tool's default
+threshold on the artificial no-anomaly series.
 """
 
 from __future__ import annotations
