@@ -20,10 +20,12 @@ here from its published definition:
   kept; the corpus score is normalized 100 x (raw - null) / (perfect - null) with null = -A_FN
   per scorable window and perfect = A_TP per window.
 
-Prints, for the three NAB profiles: our detector, NAB's Windowed Gaussian baseline, a causal
-rolling z-score, and the null and perfect detectors (sanity: 0 and 100); the per-category
-breakdown at the corpus threshold; seconds per 20k-point series (engine and the whole tool);
-and events raised at the tool's default threshold on the artificial no-anomaly series.
+Prints, for the three NAB profiles: our detector, the previous version of it (without the
+seasonal envelope), NAB's Windowed Gaussian baseline, a causal rolling z-score, and the null
+and perfect detectors (sanity: 0 and 100); per category, each detector at its corpus threshold;
+leave-one-category-out (each category at the threshold best on the others); seconds per
+20k-point series (engine and the whole tool); and events raised at the tool's default
+threshold on the artificial no-anomaly series.
 """
 
 from __future__ import annotations
@@ -292,8 +294,16 @@ def ours(series: Series) -> np.ndarray:
     return anomaly_scores(series.times, series.values).score
 
 
+def previous(series: Series) -> np.ndarray:
+    """The detector before the seasonal envelope (issue 25): dev standard score 62.2."""
+    return anomaly_scores(series.times, series.values, seasonal_envelope=False).score
+
+
+OURS = "ba-agent (causal)"
+PREVIOUS = "ba-agent previous"
 DETECTORS: dict[str, Callable[[Series], np.ndarray]] = {
-    "ba-agent (causal)": ours,
+    OURS: ours,
+    PREVIOUS: previous,
     "windowed gaussian": windowed_gaussian,
     "rolling z (288)": rolling_z,
     "null": null_detector,
@@ -344,10 +354,50 @@ def tool_events_on_corpus(root: Path, corpus: Sequence[Series]) -> None:
     )
 
 
+def category_table(corpus: Sequence[Series], all_scores: dict[str, list[np.ndarray]]) -> None:
+    """Per category and profile, each detector at its own corpus-optimal threshold."""
+    categories = sorted({s.category for s in corpus if s.windows})
+    print("per category, each detector at its corpus optimum (standard / low-FP / low-FN):")
+    print(f"  {'detector':22s} " + " ".join(f"{c[:21]:>21s}" for c in categories))
+    for name, scores in all_scores.items():
+        cells = []
+        for category in categories:
+            idx = [i for i, s in enumerate(corpus) if s.category == category]
+            sub, sub_scores = [corpus[i] for i in idx], [scores[i] for i in idx]
+            values = [
+                sweep(sub, sub_scores, p, threshold=sweep(corpus, scores, p).threshold).score
+                for p in PROFILES
+            ]
+            cells.append("/".join(f"{v:5.1f}" for v in values))
+        print(f"  {name:22s} " + " ".join(f"{c:>21s}" for c in cells))
+
+
+def leave_one_category_out(
+    corpus: Sequence[Series], all_scores: dict[str, list[np.ndarray]]
+) -> None:
+    """Each category scored at the threshold that is best on the other categories (standard
+    profile): how well the threshold carries over to series of a kind not tuned on."""
+    categories = sorted({s.category for s in corpus if s.windows})
+    print("leave one category out (standard; threshold from the other categories):")
+    for name, scores in all_scores.items():
+        cells = []
+        for category in categories:
+            train = [i for i, s in enumerate(corpus) if s.category != category]
+            test = [i for i, s in enumerate(corpus) if s.category == category]
+            threshold = sweep(
+                [corpus[i] for i in train], [scores[i] for i in train], PROFILES[0]
+            ).threshold
+            res = sweep(
+                [corpus[i] for i in test], [scores[i] for i in test], PROFILES[0], threshold
+            )
+            cells.append(f"{category} {res.score:5.1f} ({res.false_positives} FP)")
+        print(f"  {name:22s} " + "  ".join(cells))
+
+
 def category_breakdown(corpus: Sequence[Series], scores: list[np.ndarray]) -> None:
     profile = PROFILES[0]
     best = sweep(corpus, scores, profile)
-    print(f"per category (standard profile, corpus threshold {best.threshold:.3f}):")
+    print(f"ba-agent per category (standard profile, corpus threshold {best.threshold:.3f}):")
     for category in sorted({s.category for s in corpus}):
         idx = [i for i, s in enumerate(corpus) if s.category == category]
         sub = [corpus[i] for i in idx]
@@ -428,17 +478,16 @@ def main() -> None:
         f"NAB corpus {args.data}: {len(corpus)} series, {n_windows} windows, "
         f"{sum(len(s.values) for s in corpus):,} rows"
     )
-    ours_scores: list[np.ndarray] = []
-    gaussian_scores: list[np.ndarray] = []
+    all_scores: dict[str, list[np.ndarray]] = {}
     for name, detector in DETECTORS.items():
-        if args.quick and name not in ("ba-agent (causal)", "null", "perfect"):
+        if args.quick and name not in (OURS, "null", "perfect"):
             continue
         scores, seconds = run_detector(corpus, detector)
-        if name == "ba-agent (causal)":
-            ours_scores = scores
-        if name == "windowed gaussian":
-            gaussian_scores = scores
+        if name not in ("null", "perfect"):
+            all_scores[name] = scores
         report(corpus, name, scores, seconds)
+    ours_scores = all_scores[OURS]
+    gaussian_scores = all_scores.get("windowed gaussian", [])
     if gaussian_scores:
         fixed = [sweep(corpus, gaussian_scores, p, threshold=1.0).score for p in PROFILES]
         print(
@@ -449,6 +498,8 @@ def main() -> None:
         f"{p.name} optimum at threshold {sweep(corpus, ours_scores, p).threshold:.4f}" for p in PROFILES
     ))
     category_breakdown(corpus, ours_scores)
+    category_table(corpus, all_scores)
+    leave_one_category_out(corpus, all_scores)
     if args.series:
         per_series(corpus, ours_scores, sweep(corpus, ours_scores, PROFILES[0]).threshold)
     tool_events_on_corpus(args.data, corpus)
