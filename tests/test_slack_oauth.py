@@ -68,7 +68,7 @@ async def install(gw: Gateway, team: str, **authorize: str) -> tuple[int, str]:
 
 
 def answers(slack: FakeSlack, channel: str) -> list[dict[str, Any]]:
-    return [m for m in slack.posted(channel=channel) if "markdown_text" in m]
+    return [m for m in slack.posted(channel=channel) if slack.markdown_of(m)]
 
 
 async def test_two_workspaces_install_by_oauth_and_each_is_answered_with_its_own_token(gateway, fakes) -> None:

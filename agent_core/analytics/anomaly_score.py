@@ -77,7 +77,7 @@ _SCALE_MIN_ROWS = 8  # residuals needed before a model's deviations are judged
 _FAMILIAR_NS = 2 * 3_600 * 10**9
 _FAMILIAR_LAGS = 3
 _FAMILIAR_MIN_CYCLES = 2
-_FAMILIAR_SLACK = 0.5
+_FAMILIAR_MARGIN = 0.5
 _SHORT = 6  # rows of the collective statistics (sustained shift, burst of surprises)
 _CALIBRATION_HISTORY = 8640  # rows of a statistic's own history used to calibrate it
 # The calibration is refreshed after every 10 % of its history (4 to 288 rows at a time).
@@ -315,7 +315,7 @@ def _familiar(t: np.ndarray, x: np.ndarray, periods: list[int]) -> np.ndarray:
     """Rows whose value lies within the seasonal envelope of any of ``periods``: the range
     seen within +-_FAMILIAR_NS of the same phase (the median, over the last _FAMILIAR_LAGS
     cycles, of that neighbourhood's minimum and maximum; at least _FAMILIAR_MIN_CYCLES cycles
-    available), widened on both sides by _FAMILIAR_SLACK of its width (the height of a
+    available), widened on both sides by _FAMILIAR_MARGIN of its width (the height of a
     recurring spike varies from one cycle to the next).
     Uses rows strictly before each row only: the neighbourhood ends _FAMILIAR_NS after the
     phase one cycle ago, well before the row itself."""
@@ -342,8 +342,8 @@ def _familiar(t: np.ndarray, x: np.ndarray, periods: list[int]) -> np.ndarray:
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: not familiar
             upper = np.nanmedian(high, axis=0)
             lower = np.nanmedian(low, axis=0)
-        slack = _FAMILIAR_SLACK * (upper - lower)
-        out |= (x <= upper + slack) & (x >= lower - slack)
+        margin = _FAMILIAR_MARGIN * (upper - lower)
+        out |= (x <= upper + margin) & (x >= lower - margin)
     return out
 
 
