@@ -62,7 +62,7 @@ class CredentialCheck:
                 self.status = CredentialStatus(state=CredentialState.REFUSED, detail=str(exc))
                 log.error("%s credentials refused: %s", self._title, exc)
                 return
-            except Exception as exc:  # noqa: BLE001 - timeouts, connection errors, 5xx: ask again
+            except Exception as exc:  # timeouts, connection errors, 5xx: ask again
                 timed_out = isinstance(exc, TimeoutError)
                 reason = f"no answer within {self._timeout_s:g} s" if timed_out else type(exc).__name__
                 self.status = CredentialStatus(state=CredentialState.UNVERIFIED, detail=reason)

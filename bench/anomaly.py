@@ -44,8 +44,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_core.analytics.anomaly import detect_anomalies  # noqa: E402
-from agent_core.analytics.anomaly_score import DEFAULT_THRESHOLD, anomaly_scores  # noqa: E402
+from agent_core.analytics.anomaly import detect_anomalies
+from agent_core.analytics.anomaly_score import DEFAULT_THRESHOLD, anomaly_scores
 
 DEFAULT_DATA = Path("/work/shared/datasets/nab-dev")
 PROBATION_PERCENT = 0.15

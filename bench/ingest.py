@@ -252,7 +252,7 @@ def main() -> None:
         try:
             db.prepare()
             env = gateway_env(db.url, Path(tmp) / "data", slack_url, model_url, args.workers, args.turns)
-            log = open(Path(tmp) / "gateway.log", "wb")  # noqa: SIM115 - closed with the directory
+            log = open(Path(tmp) / "gateway.log", "wb")  # closed with the directory
             floors = [start_floor(slack_url) for _ in range(args.replicas)]
             gateways = [start_gateway(env, Path(tmp), log) for _ in range(args.replicas)]
             started = [proc for proc, _ in floors + gateways]

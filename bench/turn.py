@@ -61,7 +61,7 @@ class ZeroLatencyModel:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def complete(self, request: ModelRequest, on_text=None, on_restart=None) -> ModelResponse:  # noqa: ANN001
+    async def complete(self, request: ModelRequest, on_text=None, on_restart=None) -> ModelResponse:
         self.calls += 1
         return ModelResponse(
             content=[TextBlock(text=ANSWER)],

@@ -166,7 +166,7 @@ class PostgresInboxWriter:
             try:
                 stored = await self._insert([row for row, _ in batch])
                 stored_any = bool(stored)
-            except Exception as exc:  # noqa: BLE001 - every caller of the batch gets it
+            except Exception as exc:  # every caller of the batch gets it
                 for _, done in batch:
                     if not done.done():
                         done.set_exception(exc)

@@ -129,7 +129,7 @@ class _LineWriter(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             self._lines.put(self.format(record))
-        except Exception:  # noqa: BLE001 - logging must never raise into the caller
+        except Exception:  # logging must never raise into the caller
             self.handleError(record)
 
     def _write_lines(self) -> None:

@@ -111,7 +111,7 @@ def _peak_memory(fn) -> tuple[BaseException | None, int]:
     tracemalloc.start()
     try:
         fn()
-    except BaseException as error:  # noqa: BLE001 - returned to the test
+    except BaseException as error:  # returned to the test
         return error, tracemalloc.get_traced_memory()[1]
     finally:
         peak = tracemalloc.get_traced_memory()[1]

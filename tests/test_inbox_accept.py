@@ -49,7 +49,7 @@ async def test_concurrent_deliveries_of_one_message_store_it_once(inbox: Inbox) 
     assert await inbox.open_events() == 40
 
 
-async def test_a_delivery_whose_caller_gave_up_is_still_stored_once(engine) -> None:  # noqa: ANN001
+async def test_a_delivery_whose_caller_gave_up_is_still_stored_once(engine) -> None:
     inbox = Inbox(engine)
     await inbox.open()
     accepting = asyncio.create_task(inbox.accept(delivery("Ev1", "1700000001.000100")))
@@ -67,7 +67,7 @@ async def test_a_delivery_whose_caller_gave_up_is_still_stored_once(engine) -> N
         await restarted.close()
 
 
-async def test_the_accept_path_knows_the_threads_the_bot_is_part_of(inbox: Inbox, engine) -> None:  # noqa: ANN001
+async def test_the_accept_path_knows_the_threads_the_bot_is_part_of(inbox: Inbox, engine) -> None:
     store = ThreadStore(session_factory(engine))
     live = ThreadKey(platform="slack", workspace="T1", channel="C1", root="1700000001.000100")
     reset = ThreadKey(platform="slack", workspace="T1", channel="D1", root="main")
@@ -80,7 +80,7 @@ async def test_the_accept_path_knows_the_threads_the_bot_is_part_of(inbox: Inbox
 
 
 @pytest.fixture
-async def replicas(engine) -> AsyncIterator[tuple[Inbox, Inbox]]:  # noqa: ANN001
+async def replicas(engine) -> AsyncIterator[tuple[Inbox, Inbox]]:
     """Two inboxes on one database, as two replicas of the service would have."""
     first, second = Inbox(engine), Inbox(engine)
     yield first, second
@@ -95,7 +95,7 @@ async def next_wakeup(inbox: Inbox) -> None:
 
 
 @only_postgres
-async def test_an_accept_on_one_replica_wakes_the_workers_of_another(replicas) -> None:  # noqa: ANN001
+async def test_an_accept_on_one_replica_wakes_the_workers_of_another(replicas) -> None:
     accepting, answering = replicas
     listener = asyncio.create_task(answering.listen_for_work())
     try:

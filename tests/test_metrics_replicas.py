@@ -45,7 +45,7 @@ def value(body: str, sample: str, **labels: str) -> float:
     )
 
 
-def wait_for(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
+def wait_for(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

@@ -228,7 +228,7 @@ class SlackAdapter:
             return _reject(exc.status, exc.reason)
         except MalformedEvent as exc:
             return _reject(400, str(exc))
-        except Exception as exc:  # noqa: BLE001 - bolt could not build a request from the body
+        except Exception as exc:  # bolt could not build a request from the body
             return _reject(400, f"unreadable payload ({type(exc).__name__})")
         bolt_response = await self.bolt.async_dispatch(bolt_request)
         return await to_aiohttp_response(bolt_response)

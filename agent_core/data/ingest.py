@@ -147,7 +147,7 @@ def _prepare_sources(
         return _convert_upload(file_path, original_name, suffix, scratch, limits)
     except UploadError:
         raise
-    except Exception as error:  # noqa: BLE001 - untrusted content must fail as an UploadError
+    except Exception as error:  # untrusted content must fail as an UploadError
         raise MalformedUpload(
             f"{original_name} could not be read ({type(error).__name__})."
         ) from error

@@ -84,5 +84,5 @@ async def interruptible(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T
 def _quietly(cancel: Callable[[], object]) -> None:
     try:
         cancel()
-    except Exception as exc:  # noqa: BLE001 - the connection may be closing; the turn ends anyway
+    except Exception as exc:  # the connection may be closing; the turn ends anyway
         log.debug("query cancel failed: %s", type(exc).__name__)

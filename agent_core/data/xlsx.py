@@ -52,7 +52,7 @@ def xlsx_sheets(
             f"{original_name} needs more memory to read than is available. Upload a smaller "
             "extract (fewer rows or columns)."
         ) from error
-    except Exception as error:  # noqa: BLE001 - any parser failure on untrusted input
+    except Exception as error:  # any parser failure on untrusted input
         # E.g. xml.etree.ElementTree.ParseError, a KeyError for a missing part, or another
         # format renamed to .xlsx.
         raise MalformedUpload(

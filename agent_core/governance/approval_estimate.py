@@ -54,7 +54,7 @@ def safe_estimate(cfg: DataSourceConfig, sql: str) -> int | None:
         return estimate_scan_rows(cfg, sql)
     except (DataError, OSError, ValueError):
         return None
-    except Exception as exc:  # noqa: BLE001 - a driver's own error: the run will report it
+    except Exception as exc:  # a driver's own error: the run will report it
         if type(exc).__module__.split(".")[0] in {"psycopg", "pymysql", "duckdb"}:
             return None
         raise

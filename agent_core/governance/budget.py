@@ -173,7 +173,7 @@ class RowBudget:
         return DailyRowLimitReached(self.limit, utc_midnight(now) + timedelta(days=1) - now)
 
 
-def _insert_missing(dialect: str, platform: str, user: str, day: str):  # noqa: ANN202 (an Insert of either dialect)
+def _insert_missing(dialect: str, platform: str, user: str, day: str):  # an Insert of either dialect
     """INSERT the day's row at 0 unless it exists (a concurrent insert is no error)."""
     from sqlalchemy.dialects import postgresql, sqlite
 

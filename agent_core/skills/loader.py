@@ -108,7 +108,7 @@ def _split_frontmatter(text: str) -> tuple[str, str] | SkillIssue:
 
 def _parse_yaml(source: str) -> dict[str, Any] | SkillIssue:
     try:
-        data = yaml.load(source, Loader=_StrictSafeLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(source, Loader=_StrictSafeLoader)  # a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e)

@@ -37,7 +37,7 @@ def sync_url(url: str) -> URL:
     return _normalise(url, is_async=False)
 
 
-def sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001 - DBAPI callback
+def sqlite_pragmas(dbapi_connection, _record) -> None:  # DBAPI callback
     """Settings every SQLite connection of the service uses (an SQLAlchemy "connect" listener)."""
     cursor = dbapi_connection.cursor()
     # WAL with synchronous=NORMAL: a commit is in the WAL file before we acknowledge, so it
@@ -64,7 +64,7 @@ class _InlineSQLiteConnection(aiosqlite.Connection):
     the write lock only for the moment one transaction takes.
     """
 
-    async def _execute(self, fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    async def _execute(self, fn, *args, **kwargs):
         if not self._running or not self._connection:
             raise ValueError("Connection closed")
         return fn(*args, **kwargs)
@@ -74,7 +74,7 @@ class _InlineSQLiteConnection(aiosqlite.Connection):
             self._connection = self._connector()
         return self
 
-    def __await__(self):  # noqa: ANN204 - no worker thread to start
+    def __await__(self):  # no worker thread to start
         return self._connect().__await__()
 
     def stop(self) -> None:

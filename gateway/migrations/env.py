@@ -9,13 +9,13 @@ from __future__ import annotations
 from alembic import context
 from sqlmodel import SQLModel
 
-import agent_core.catalog.learned  # noqa: F401 - registers the tables on SQLModel.metadata
-import agent_core.catalog.tables  # noqa: F401
-import agent_core.governance.approval_table  # noqa: F401
-import agent_core.governance.audit_table  # noqa: F401
+import agent_core.catalog.learned  # registers the tables on SQLModel.metadata
+import agent_core.catalog.tables
+import agent_core.governance.approval_table
+import agent_core.governance.audit_table
 import agent_core.store.tables  # noqa: F401
-import gateway.feedback_tables  # noqa: F401
-import gateway.monitor_tables  # noqa: F401
+import gateway.feedback_tables
+import gateway.monitor_tables
 import gateway.tables  # noqa: F401
 
 connection = context.config.attributes["connection"]

@@ -87,7 +87,7 @@ def thinking(value: str, signature: str = "sig") -> Block:
     return {"type": "thinking", "thinking": value, "signature": signature}
 
 
-def tool_use(name: str, input: dict[str, Any], id: str | None = None) -> Block:  # noqa: A002 - API field names
+def tool_use(name: str, input: dict[str, Any], id: str | None = None) -> Block:  # API field names
     """A ``tool_use`` content block; ``id`` defaults to a fresh ``toolu_<hex>``."""
     return {
         "type": "tool_use",
