@@ -5,9 +5,11 @@
 Prints the median (and min–max) wall time of:
 - the floor: `python -c "import duckdb, pydantic"` (what any data command must load anyway);
 - `ba-agent tool run sql_query` on the demo data and `ba-agent tool run list_tables`;
+- `ba-agent skills list` (bundled skills and their load errors);
 - `ba-agent serve`: from spawn to `/readyz` answering 200, and to its worker process ready;
 and the idle resident memory (RSS) of serve and of its worker.
-Targets (issue #12/#15): tool run ≤ 3× the floor; serve ready ≤ 3 s; serve idle RSS ≤ 120 MB.
+Targets (issues #12/#15/#30): tool run ≤ 3× the floor; skills list ≤ 1 s; serve ready ≤ 3 s; serve idle
+RSS ≤ 120 MB.
 Each run uses a fresh data directory, so the demo database is built as a new user's first
 command builds it (the runs after the first of each command find it there). The checkout's
 modules are byte-compiled first, as a first run caches them (and `pip install` does for the
@@ -112,11 +114,12 @@ def main() -> None:
         env = clean_env(cwd / "data")
         sql = json.dumps({"sql": "SELECT region, SUM(gmv) FROM demo.sales GROUP BY 1"})
         subprocess.run([BA_AGENT, "db", "upgrade"], env=env, cwd=cwd, check=True, capture_output=True)
-        floor, sql_query, list_tables, ready, workers, serve_rss, worker_rss = ([] for _ in range(7))
+        floor, sql_query, list_tables, skills, ready, workers, serve_rss, worker_rss = ([] for _ in range(8))
         for _ in range(args.runs):  # interleaved, so machine load shifts affect all alike
             floor.append(timed([sys.executable, "-c", "import duckdb, pydantic"], env, cwd))
             sql_query.append(timed([BA_AGENT, "tool", "run", "sql_query", "--json", sql], env, cwd))
             list_tables.append(timed([BA_AGENT, "tool", "run", "list_tables"], env, cwd))
+            skills.append(timed([BA_AGENT, "skills", "list"], env, cwd))
             r, w, srss, wrss = serve_once(env, cwd)
             ready.append(r)
             workers.append(w)
@@ -133,6 +136,7 @@ def main() -> None:
         f"tool run list_tables                        {summary(list_tables)}  "
         f"= {statistics.median(list_tables) / f:.1f}x floor"
     )
+    print(f"skills list                                 {summary(skills)}  (target <= 1 s)")
     print(f"serve: /readyz 200 after                    {summary(ready)}  (target <= 3 s)")
     print(f"serve: worker ready after                   {summary(workers)}")
     print(f"idle RSS serve                              {summary(serve_rss, 'MB')}  (target <= 120 MB)")
