@@ -3,7 +3,9 @@ lives, a fast `skills list`, errors without pydantic's wording, `tool list`."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,12 +33,17 @@ def run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
 )
 def test_piping_into_head_ends_quietly(tmp_path: Path, args: tuple[str, ...]) -> None:
     (tmp_path / "data").mkdir()
+    # A pipe of one page, as small as Linux allows: the command is still writing when the
+    # reader leaves, whatever its output's size (a default 64 KiB pipe could take it whole).
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
     proc = subprocess.Popen(
-        [BA_AGENT, *args], env=clean_env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [BA_AGENT, *args], env=clean_env(tmp_path), cwd=tmp_path, stdout=write_end, stderr=subprocess.PIPE
     )
-    assert proc.stdout is not None and proc.stderr is not None
-    assert proc.stdout.readline()  # what `head -1` reads, then it leaves
-    proc.stdout.close()
+    os.close(write_end)
+    assert proc.stderr is not None
+    with os.fdopen(read_end, "rb") as stdout:
+        assert stdout.readline()  # what `head -1` reads, then it leaves
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141  # as a shell reports a command ended by SIGPIPE
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
