@@ -95,9 +95,12 @@ async def run_tool(
 
 
 def list_tools(settings: Settings, as_json: bool) -> int:
-    """`ba-agent tool list`: each standard tool's name, what it does and its input fields (the
-    JSON schema the model is given, with ``--json``)."""
+    """`ba-agent tool list`: each tool `tool run` knows (`search_schema` once data sources are
+    configured): its name, what it does and its input fields (the JSON schema the model is
+    given, with ``--json``)."""
     specs = [entry.build(settings).spec() for entry in STANDARD_TOOLS]
+    if settings.datasources:
+        specs.append(asyncio.run(_schema_tool_spec(settings)))
     if as_json:
         print(json.dumps(specs, ensure_ascii=False, indent=2))
         return 0
@@ -138,6 +141,11 @@ def collecting_new_garbage() -> Iterator[None]:
     finally:
         gc.disable()
         gc.unfreeze()
+
+
+async def _schema_tool_spec(settings: Settings) -> dict[str, Any]:
+    async with service_sessions(settings, True) as sessions:  # built, never queried
+        return _schema_tool(settings, sessions).spec()
 
 
 def _schema_tool(settings: Settings, sessions: async_sessionmaker[AsyncSession] | None) -> Tool:

@@ -141,6 +141,25 @@ def test_tool_run_queries_the_demo_data(installed: Installed) -> None:
     assert json.loads(result.stdout)["rows"][0][0] == "East China"
 
 
+def test_search_schema_is_listed_and_finds_tables_that_join(installed: Installed) -> None:
+    import duckdb
+
+    warehouse = installed.home / "shop.duckdb"
+    with duckdb.connect(str(warehouse)) as conn:
+        conn.execute("CREATE OR REPLACE TABLE customers AS SELECT range AS customer_id, 'n' || range AS name FROM range(5)")
+        conn.execute("CREATE OR REPLACE TABLE orders AS SELECT range AS order_id, range % 5 AS customer_id FROM range(20)")
+    sources = json.dumps({"shop": f"duckdb://{warehouse}"})
+    listed = installed.run("tool", "list", BA_DATASOURCES=sources)
+    assert listed.returncode == 0 and "search_schema" in listed.stdout.split(), listed.stderr
+    assert "search_schema" not in installed.run("tool", "list").stdout.split()  # no sources, nothing to search
+    question = json.dumps({"question": "orders by customer name"})
+    found = installed.run("tool", "run", "search_schema", "--json", question, BA_DATASOURCES=sources)
+    assert found.returncode == 0, found.stderr
+    tables = {t["name"]: t for t in json.loads(found.stdout)["tables"]}
+    assert {"main.orders", "main.customers"} <= set(tables)
+    assert any(j["on"] == "main.orders.customer_id = main.customers.customer_id" for j in tables["main.orders"]["joins"])
+
+
 def test_a_query_on_a_data_source_shows_in_the_audit(installed: Installed) -> None:
     import duckdb
 
