@@ -13,13 +13,12 @@ so two conversations -- in particular two users' DMs -- can never name each othe
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import io
 import os
 import re
 import stat as stat_mod
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import ExitStack, closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,9 +39,9 @@ from agent_core.workspace.backend import (
     ReadResult,
     WorkspaceBackend,
     WorkspaceLimits,
-    normalize_virtual_path,
     split_virtual_path,
 )
+from agent_core.workspace.blocking import BlockingWorkspace
 from agent_core.workspace.nofollow import (
     DIR_FLAGS,
     FILE_FLAGS,
@@ -130,7 +129,7 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
-class LocalWorkspace:
+class LocalWorkspace(BlockingWorkspace):
     """A conversation workspace stored under `root` on the local filesystem.
 
     Implements :class:`~agent_core.workspace.backend.WorkspaceBackend`. The root and area
@@ -151,36 +150,7 @@ class LocalWorkspace:
     def __repr__(self) -> str:
         return f"LocalWorkspace({str(self._fs.root)!r})"
 
-    # ---------------------------------------------------------------- async public API
-
-    async def ls(self, path: str = "/") -> list[FileInfo]:
-        return await self._run(self._ls, path)
-
-    async def stat(self, path: str) -> FileInfo:
-        return await self._run(self._stat, path)
-
-    async def read(self, path: str, offset: int = 0, limit: int | None = None) -> ReadResult:
-        return await self._run(self._read, path, offset, limit)
-
-    async def read_bytes(self, path: str) -> bytes:
-        return await self._run(self._read_bytes, path)
-
-    async def write(self, path: str, content: str | bytes, *, overwrite: bool = False) -> FileInfo:
-        return await self._run(self._write, path, content, overwrite)
-
-    async def edit(self, path: str, old: str, new: str, replace_all: bool = False) -> EditResult:
-        return await self._run(self._edit, path, old, new, replace_all)
-
-    async def grep(
-        self, pattern: str, path: str = "/", glob: str | None = None, *, ignore_case: bool = False
-    ) -> list[GrepMatch]:
-        return await self._run(self._grep, pattern, path, glob, ignore_case)
-
-    async def glob(self, pattern: str, path: str = "/") -> list[FileInfo]:
-        return await self._run(self._glob, pattern, path)
-
-    async def real_path(self, path: str, *, must_exist: bool = True) -> Path:
-        return await self._run(self._real_path, path, must_exist)
+    # ------------------------------------ what differs in kind (the rest: BlockingWorkspace)
 
     async def commit(self, path: str) -> FileInfo:
         return await self._run(self._stat, path)  # written in place already
@@ -191,14 +161,7 @@ class LocalWorkspace:
     async def push_private(self, name: str) -> None:
         return None
 
-    async def _run(self, fn: Callable[..., _T], *args: object) -> _T:
-        # All filesystem work happens in a worker thread; the event loop never blocks on disk.
-        return await asyncio.to_thread(fn, *args)
-
     # ---------------------------------------------------------------- path resolution
-
-    def _normalize(self, path: str) -> str:
-        return normalize_virtual_path(path, self._areas)
 
 
     def _visible(self, vdir: str, entry: os.DirEntry[str]) -> bool:

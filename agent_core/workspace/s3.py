@@ -17,12 +17,11 @@ boto3 is an optional dependency (``pip install "ba-agent-gateway[s3]"``), import
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,9 +43,9 @@ from agent_core.workspace.backend import (
     ReadResult,
     WorkspaceError,
     WorkspaceLimits,
-    normalize_virtual_path,
     split_virtual_path,
 )
+from agent_core.workspace.blocking import BlockingWorkspace
 from agent_core.workspace.local import _decode_line, _iter_lines, glob_to_regex, thread_dir_name
 
 _T = TypeVar("_T")
@@ -91,7 +90,7 @@ class _BodyReader(io.RawIOBase):
         super().close()
 
 
-class S3Workspace:
+class S3Workspace(BlockingWorkspace):
     """A conversation workspace stored as objects under ``s3://bucket/root/``.
 
     Implements :class:`~agent_core.workspace.backend.WorkspaceBackend`.
@@ -117,36 +116,7 @@ class S3Workspace:
     def __repr__(self) -> str:
         return f"S3Workspace('s3://{self._bucket}/{self._root}')"
 
-    # ---------------------------------------------------------------- async public API
-
-    async def ls(self, path: str = "/") -> list[FileInfo]:
-        return await self._run(self._ls, path)
-
-    async def stat(self, path: str) -> FileInfo:
-        return await self._run(self._stat, path)
-
-    async def read(self, path: str, offset: int = 0, limit: int | None = None) -> ReadResult:
-        return await self._run(self._read, path, offset, limit)
-
-    async def read_bytes(self, path: str) -> bytes:
-        return await self._run(self._read_bytes, path)
-
-    async def write(self, path: str, content: str | bytes, *, overwrite: bool = False) -> FileInfo:
-        return await self._run(self._write, path, content, overwrite)
-
-    async def edit(self, path: str, old: str, new: str, replace_all: bool = False) -> EditResult:
-        return await self._run(self._edit, path, old, new, replace_all)
-
-    async def grep(
-        self, pattern: str, path: str = "/", glob: str | None = None, *, ignore_case: bool = False
-    ) -> list[GrepMatch]:
-        return await self._run(self._grep, pattern, path, glob, ignore_case)
-
-    async def glob(self, pattern: str, path: str = "/") -> list[FileInfo]:
-        return await self._run(self._glob, pattern, path)
-
-    async def real_path(self, path: str, *, must_exist: bool = True) -> Path:
-        return await self._run(self._real_path, path, must_exist)
+    # ------------------------------------ what differs in kind (the rest: BlockingWorkspace)
 
     async def commit(self, path: str) -> FileInfo:
         """Store the file a trusted caller wrote at ``real_path(path, must_exist=False)``."""
@@ -158,14 +128,7 @@ class S3Workspace:
     async def push_private(self, name: str) -> None:
         await self._run(self._push_private, name)
 
-    async def _run(self, fn: Callable[..., _T], *args: object) -> _T:
-        # boto3 blocks: every call runs in a worker thread.
-        return await asyncio.to_thread(fn, *args)
-
     # ---------------------------------------------------------------- keys and objects
-
-    def _normalize(self, path: str) -> str:
-        return normalize_virtual_path(path, self._areas)
 
     def _key(self, vpath: str) -> str:
         return f"{self._root}{vpath}" if vpath != "/" else f"{self._root}/"
