@@ -204,6 +204,11 @@ class ModelClient:
         self._stream_retries = stream_retries
         self._retry_delay_s = retry_delay_s
 
+    @property
+    def timeout_s(self) -> object:
+        """The SDK client's timeout per request (`BA_MODEL_TIMEOUT`)."""
+        return self._client.timeout
+
     async def aclose(self) -> None:
         """Close the SDK's HTTP connections; an unclosed client warns from a closed event loop."""
         await self._client.close()
