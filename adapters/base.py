@@ -192,7 +192,7 @@ class FeedbackClick:
 
 
 class FeedbackActions(Protocol):
-    """Stores feedback on answers before the platform is answered (`gateway.feedback`)."""
+    """Stores feedback on answers before the platform is answered (`gateway.service.feedback`)."""
 
     async def rate(self, click: FeedbackClick) -> int | None:
         """Record the click (the same one again withdraws it); the person's rating now (1, -1,

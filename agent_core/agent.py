@@ -30,11 +30,11 @@ from agent_core.telemetry import TelemetryHook
 from agent_core.tokens.budget import check_budget
 from agent_core.tokens.estimate import TokenCounter, shared_cl100k
 from agent_core.tokens.prices import ModelTable
-from agent_core.tools.approval_gate import ApprovalGate
-from agent_core.tools.base import Tool
+from agent_core.toolkit.approval_gate import ApprovalGate
+from agent_core.toolkit.pipeline import ToolPipeline
+from agent_core.toolkit.protocol import Tool
 from agent_core.tools.catalog import default_tools, tools_prompt_section
 from agent_core.tools.memory_tool import MemoryTool
-from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.skill_tools import skill_tools
 from agent_core.tools.todo import TodoTool
 from agent_core.tracing import TracingHook
@@ -58,7 +58,7 @@ def build_agent(
     model = ModelClient(client, config.model, config.max_tokens)
     catalog = load_skill_catalog(config.skills_dir)
     memory = MemoryStore(config.data_dir / "memory")
-    tools = ToolRegistry(
+    tools = ToolPipeline(
         [*default_tools(config, sessions), TodoTool(), *skill_tools(catalog), MemoryTool(memory, sessions), *extra_tools]
     )
     models = ModelTable()

@@ -32,8 +32,8 @@ from agent_core.provenance import Provenance
 from agent_core.request import build_request
 from agent_core.run_context import RunContext, RunDeps, TurnState
 from agent_core.state import ApprovalRequest, ThreadState, ThreadUsage
-from agent_core.tools.base import ErrorType, ToolResult, error_observation
-from agent_core.tools.registry import ToolRegistry
+from agent_core.toolkit.pipeline import ToolPipeline
+from agent_core.toolkit.protocol import ErrorType, ToolResult, error_observation
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class TurnResult:
 
 class ToolGate(Protocol):
     """Asked before a tool call runs: the approval it must wait for, or None to run it now
-    (`agent_core.tools.approval_gate.ApprovalGate`)."""
+    (`agent_core.toolkit.approval_gate.ApprovalGate`)."""
 
     async def check(self, call: ToolUseBlock, ctx: RunContext) -> ApprovalRequest | None: ...
 
@@ -186,7 +186,7 @@ class AgentLoop:
     def __init__(
         self,
         model: ModelClient,
-        tools: ToolRegistry,
+        tools: ToolPipeline,
         store: ConversationStore,
         system_prompt: str,
         max_iterations: int = 20,

@@ -1,7 +1,7 @@
 """The agent core's Prometheus metrics: model and tool calls of this process.
 
 Counters and histograms of prometheus-client's default registry. The service runs them in
-multiprocess mode (`gateway.metrics`), so `/metrics` of a replica sums its serve process and
+multiprocess mode (`gateway.service.metrics`), so `/metrics` of a replica sums its serve process and
 its workers, and two replicas' figures add up; nothing here reads the database.
 """
 

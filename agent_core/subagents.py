@@ -24,8 +24,8 @@ from agent_core.model import ModelClient
 from agent_core.prompts import system_prompt
 from agent_core.run_context import RunContext, RunDeps
 from agent_core.store.memory import MemoryThreadStore
-from agent_core.tools.base import ErrorType, Tool, ToolError
-from agent_core.tools.registry import ToolRegistry
+from agent_core.toolkit.pipeline import ToolPipeline
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 
 
 class SubAgentSpec(BaseModel):
@@ -76,7 +76,7 @@ class TaskTool(Tool[TaskInput]):
     def __init__(
         self,
         model: ModelClient,
-        parent_tools: ToolRegistry,
+        parent_tools: ToolPipeline,
         specs: list[SubAgentSpec],
         hooks: Callable[[], list[Hook]] = list,
         budget: BudgetCheck | None = None,
@@ -88,7 +88,7 @@ class TaskTool(Tool[TaskInput]):
         self._budget = budget
         self._gate = gate  # a query that needs an approval is refused in a sub-agent
         self._registries = {
-            spec.name: ToolRegistry([t for t in (parent_tools.get(n) for n in spec.tools) if t is not None])
+            spec.name: ToolPipeline([t for t in (parent_tools.get(n) for n in spec.tools) if t is not None])
             for spec in specs
         }
         listing = "; ".join(f"{s.name}: {s.description}" for s in specs)

@@ -13,7 +13,7 @@ from agent_core.model import ModelResponse, ModelUnavailable
 from agent_core.run_context import RunContext
 from agent_core.store.db import insert_rows
 from agent_core.store.tables import CallRecordRow
-from agent_core.tools.base import ToolResult
+from agent_core.toolkit.protocol import ToolResult
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from agent_core.hooks import Hook
 from agent_core.messages import ToolUseBlock
 from agent_core.model import ModelResponse
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ToolResult
+from agent_core.toolkit.protocol import ToolResult
 
 TRACER_NAME = "ba_agent"
 

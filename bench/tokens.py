@@ -61,9 +61,9 @@ from agent_core.state import ThreadState  # noqa: E402
 from agent_core.store.db import create_engine, session_factory  # noqa: E402
 from agent_core.store.threads import ThreadStore  # noqa: E402
 from agent_core.tokens.prices import ModelTable  # noqa: E402
-from agent_core.tools.base import Tool  # noqa: E402
+from agent_core.toolkit.pipeline import ToolPipeline  # noqa: E402
+from agent_core.toolkit.protocol import Tool  # noqa: E402
 from agent_core.tools.catalog import tools_prompt_section  # noqa: E402
-from agent_core.tools.registry import ToolRegistry  # noqa: E402
 from agent_core.tools.todo import TodoTool  # noqa: E402
 from gateway.migrate import upgrade  # noqa: E402
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, estimate_tokens, text, tool_use  # noqa: E402
@@ -333,7 +333,7 @@ async def run(workdir: Path, *, turns: int, model_name: str, baseline: bool, ttl
         http = httpx.AsyncClient(transport=CacheTtl(ttl))
         client = AsyncAnthropic(base_url=fake.base_url, api_key="bench", max_retries=0, http_client=http)
         model = ModelClient(client, model_name, MAX_OUTPUT)
-        tools = ToolRegistry([WarehouseSql(), TodoTool()])
+        tools = ToolPipeline([WarehouseSql(), TodoTool()])
         timing = ClockHook(clock)
         hooks: list[Hook]
         if baseline:

@@ -1,5 +1,5 @@
 """The table of answer feedback: each person's 👍/👎 on each answer, with the optional "what was
-wrong?" (`gateway.feedback` reads and writes it)."""
+wrong?" (`gateway.service.feedback` reads and writes it)."""
 
 from __future__ import annotations
 

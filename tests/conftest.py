@@ -72,7 +72,7 @@ async def engine(database_url: str) -> AsyncIterator:
 
 @pytest.fixture
 async def inbox(engine) -> AsyncIterator:
-    from gateway.inbox import Inbox
+    from gateway.service.inbox import Inbox
 
     box = Inbox(engine)
     yield box

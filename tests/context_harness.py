@@ -32,9 +32,9 @@ from agent_core.store.db import create_engine, session_factory
 from agent_core.store.threads import ThreadStore
 from agent_core.tokens.estimate import TokenCounter
 from agent_core.tokens.prices import ModelInfo, ModelTable
-from agent_core.tools.base import Tool
+from agent_core.toolkit.pipeline import ToolPipeline
+from agent_core.toolkit.protocol import Tool
 from agent_core.tools.memory_tool import MemoryTool
-from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.todo import TodoTool
 from gateway.migrate import upgrade
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
@@ -197,7 +197,7 @@ async def rig(
         hooks: list[Hook] = [MemoryHook(memory_store, sessions)] if memory else []
         hooks += [compressor, RefocusHook(refocus), PromptCachingHook(), DanglingToolCallPatch(store), usage]
         loop = AgentLoop(
-            model, ToolRegistry(tools), store, "You are BA-Agent, a business-analysis assistant.", hooks=hooks
+            model, ToolPipeline(tools), store, "You are BA-Agent, a business-analysis assistant.", hooks=hooks
         )
         try:
             yield Rig(fake, store, sessions, loop, model, data_dir, clock, compressor)

@@ -14,9 +14,9 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 from sqlalchemy import func, select
 
-from gateway.app import RUNTIME, create_app
 from gateway.config import Settings, load_settings
-from gateway.runtime import Runtime
+from gateway.service.app import RUNTIME, create_app
+from gateway.service.runtime import Runtime
 from gateway.tables import InboundEventRow
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.feishu_api import FakeFeishu

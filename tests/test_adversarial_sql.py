@@ -37,7 +37,7 @@ from agent_core.data.source_config import DataSourceConfig
 from agent_core.data.sources import _execute_on_source, query_source
 from agent_core.data.sql_guard import ensure_read_only, with_row_limit
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ErrorType, ToolError
+from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools.sql import SqlQueryTool, demo_database
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"

@@ -17,16 +17,16 @@ from agent_core.config import AgentConfig
 from agent_core.data.demo import ensure_demo_database
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import RunContext
+from agent_core.toolkit.pipeline import ToolPipeline
+from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools.analytics_tools import (
     AttributeChangeInput,
     AttributeChangeTool,
     DetectAnomaliesInput,
     DetectAnomaliesTool,
 )
-from agent_core.tools.base import ErrorType, ToolError
 from agent_core.tools.catalog import default_tools
 from agent_core.tools.files import conversation_workspace
-from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.sql import demo_database
 
 EAST_APP = "region = 'East China' AND channel = 'app'"
@@ -263,7 +263,7 @@ async def test_a_period_without_rows_is_an_invalid_parameter(ctx: RunContext) ->
 
 async def test_default_tools_include_both_and_the_pipeline_formats_results(ctx: RunContext) -> None:
     tools = default_tools(AgentConfig(model="test-model", data_dir=ctx.data_dir))
-    registry = ToolRegistry(tools)
+    registry = ToolPipeline(tools)
     assert {"detect_anomalies", "attribute_change"} <= set(registry.names)
     call = ToolUseBlock(
         id="tu1",

@@ -13,8 +13,8 @@ from agent_core.governance.errors import PolicyFileError
 from agent_core.governance.loader import load_policy
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import ChatOrigin, RunContext
-from agent_core.tools.approval_gate import ApprovalGate
-from agent_core.tools.registry import ToolRegistry
+from agent_core.toolkit.approval_gate import ApprovalGate
+from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools.sql import SqlQueryTool
 
 SQL = "SELECT region, SUM(amount) FROM orders GROUP BY region"
@@ -44,7 +44,7 @@ def test_an_unknown_approvers_group_fails_naming_its_line(tmp_path: Path) -> Non
 
 
 async def test_the_row_threshold_uses_the_engines_estimate(source: DataSourceConfig, tmp_path: Path) -> None:
-    tools = ToolRegistry([SqlQueryTool({"dwh": source})])
+    tools = ToolPipeline([SqlQueryTool({"dwh": source})])
     call = ToolUseBlock(id="c1", name="sql_query", input={"source": "dwh", "sql": SQL})
     request = await ApprovalGate(tools, None, approval_rows=1000).check(call, ctx(tmp_path))
     assert request is not None and request.estimated_rows == 5000 and request.tables == ["orders"]
@@ -59,7 +59,7 @@ async def test_a_source_that_requires_approval_names_its_approvers(source: DataS
     path.write_text("groups:\n  finance: [slack:U2]\nsources:\n  dwh:\n    groups: [default]\n"
                     "    require_approval: true\n    approvers: finance\n")  # fmt: skip
     policy = load_policy(path, {"dwh": "duckdb"})
-    tools = ToolRegistry([SqlQueryTool({"dwh": source}, access_policy=policy)])
+    tools = ToolPipeline([SqlQueryTool({"dwh": source}, access_policy=policy)])
     call = ToolUseBlock(id="c1", name="sql_query", input={"source": "dwh", "sql": SQL})
     request = await ApprovalGate(tools, policy, approval_rows=None).check(call, ctx(tmp_path))
     assert request is not None and request.approvers_group == "finance" and request.approvers == ["slack:U2"]

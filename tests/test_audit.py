@@ -27,16 +27,16 @@ from agent_core.governance.policy import AccessPolicy
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.store.db import create_engine, session_factory
+from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools.catalog import default_tools
 from agent_core.tools.data_tools import DescribeTableTool
 from agent_core.tools.metric_tools import QueryMetricTool
-from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.sql import SqlQueryTool
 from gateway.config import load_settings
-from gateway.inbox import Inbox
-from gateway.runtime import scheduler_config
-from gateway.scheduler import Scheduler
-from gateway.schedules import ScheduleStore
+from gateway.jobs.scheduler import Scheduler
+from gateway.jobs.schedules import ScheduleStore
+from gateway.service.inbox import Inbox
+from gateway.service.runtime import scheduler_config
 from tests.serve_process import BA_AGENT, clean_env
 from tests.test_semantic import build_duckdb, write_warehouse_yaml
 
@@ -91,14 +91,14 @@ def as_person(tmp_path: Path, user: str, channel: str | None = None) -> RunConte
     )
 
 
-async def call(registry: ToolRegistry, ctx: RunContext, call_id: str, name: str, **tool_input: object) -> str:
+async def call(registry: ToolPipeline, ctx: RunContext, call_id: str, name: str, **tool_input: object) -> str:
     result = await registry.execute(ToolUseBlock(id=call_id, name=name, input=tool_input), ctx)
     return result.observation
 
 
-def sql_tools(warehouse: DataSourceConfig, policy: AccessPolicy, audit: AuditTrail) -> ToolRegistry:
+def sql_tools(warehouse: DataSourceConfig, policy: AccessPolicy, audit: AuditTrail) -> ToolPipeline:
     sources = {"dwh": warehouse}
-    return ToolRegistry(
+    return ToolPipeline(
         [SqlQueryTool(sources, access_policy=policy, audit=audit), DescribeTableTool(sources, access_policy=policy, audit=audit)]
     )
 
@@ -139,7 +139,7 @@ async def test_query_metric_and_describe_table_are_recorded_too(
     sessions = session_factory(audit_engine)
     audit = AuditTrail(sessions)
     describe = DescribeTableTool(config.datasources, access_policy=config.access_policy, audit=audit)
-    registry = ToolRegistry([QueryMetricTool(config, SourceAccess(config.datasources, config.access_policy, audit)), describe])
+    registry = ToolPipeline([QueryMetricTool(config, SourceAccess(config.datasources, config.access_policy, audit)), describe])
     east = as_person(tmp_path, "U01EAST")
     seen = await call(registry, east, "toolu_m", "query_metric", metrics=["gmv"], group_by=["region"])
     assert "East" in seen and "West" not in seen
@@ -199,7 +199,7 @@ async def test_the_service_tool_set_records_and_limits_as_configured(
         BA_SEMANTIC_DIR=str(write_warehouse_yaml(tmp_path / "semantic", "dwh")), BA_USER_DAILY_ROWS="5",
     )  # fmt: skip
     sessions = session_factory(audit_engine)
-    registry = ToolRegistry(default_tools(settings, sessions))
+    registry = ToolPipeline(default_tools(settings, sessions))
     ctx = as_person(tmp_path, "U1")
     five = await call(registry, ctx, "c1", "sql_query", source="dwh", sql="SELECT id FROM orders")
     assert "At least 5 rows" in five

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
+from gateway.cli.main import main
 from gateway.config import ConfigError, load_settings
 from tests.serve_process import BA_AGENT, clean_env
 
@@ -80,7 +80,10 @@ def test_a_data_directory_not_there_yet_is_named_on_stderr(tmp_path: Path) -> No
 
 
 def test_skills_list_does_not_load_the_model_sdk(tmp_path: Path) -> None:
-    script = "import sys; from gateway.cli import main; code = main(['skills', 'list']); print(code, 'anthropic' in sys.modules)"
+    script = (
+        "import sys; from gateway.cli.main import main; code = main(['skills', 'list']); "
+        "print(code, 'anthropic' in sys.modules)"
+    )
     done = subprocess.run(
         [sys.executable, "-c", script], env=clean_env(tmp_path), cwd=Path(__file__).parent.parent,
         capture_output=True, text=True, timeout=60,

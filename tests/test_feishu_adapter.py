@@ -456,7 +456,7 @@ async def test_scheduled_reports_post_top_level_or_into_their_topic(fake: FakeFe
     in its topic through the topic's root message."""
     from datetime import UTC, datetime
 
-    from gateway.schedules import report_message
+    from gateway.jobs.schedules import report_message
     from gateway.tables import ReportScheduleRow
 
     responder = FeishuResponder(client, fake_config(fake, streaming_cards=False))

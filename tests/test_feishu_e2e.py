@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway.app import RUNTIME, create_app
+from gateway.service.app import RUNTIME, create_app
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import (

@@ -8,7 +8,7 @@ import pytest
 
 from agent_core.data.ingest import load_upload
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ErrorType, ToolError
+from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools.files import (
     EditFileTool,
     GlobTool,

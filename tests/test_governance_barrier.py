@@ -47,9 +47,9 @@ from agent_core.governance.policy import AccessPolicy
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import RunContext
 from agent_core.store.db import create_engine, session_factory
+from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools.analytics_tools import AttributeChangeTool, DetectAnomaliesTool
 from agent_core.tools.catalog import source_access
-from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.sql import governed_source_query
 from tests.readonly_warehouse import mariadb_readonly, postgres_readonly
 from tests.serve_process import BA_AGENT, clean_env
@@ -645,7 +645,7 @@ async def test_push_down_tools_are_audited_under_their_own_name(database_url: st
         sessions = session_factory(engine)
         audit = AuditTrail(sessions)
         access = source_access(config, audit)
-        registry = ToolRegistry([DetectAnomaliesTool(config, access), AttributeChangeTool(config, access)])
+        registry = ToolPipeline([DetectAnomaliesTool(config, access), AttributeChangeTool(config, access)])
         ctx = RunContext(thread_id="t", data_dir=config.data_dir, channel="D1", user="U1", is_dm=True)
         calls = [
             ("toolu_a", "detect_anomalies", {"metric": "gmv", "segment_column": "region"}),

@@ -19,8 +19,8 @@ from agent_core.governance.budget import RowBudget
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.store.db import create_engine, session_factory
+from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools.catalog import default_tools
-from agent_core.tools.registry import ToolRegistry
 from gateway.config import load_settings
 from tests.serve_process import BA_AGENT, clean_env
 from tests.test_semantic import build_duckdb
@@ -55,12 +55,12 @@ def person(tmp_path: Path, user: str, call_id: str) -> RunContext:
     )
 
 
-def service_tools(tmp_path: Path, warehouse_url: str, audit_engine: AsyncEngine, limit: int = LIMIT) -> ToolRegistry:
+def service_tools(tmp_path: Path, warehouse_url: str, audit_engine: AsyncEngine, limit: int = LIMIT) -> ToolPipeline:
     settings = load_settings(
         _env_file=None, BA_DATA_DIR=str(tmp_path / "data"), BA_DATASOURCES=json.dumps({"dwh": warehouse_url}),
         BA_USER_DAILY_ROWS=str(limit),
     )  # fmt: skip
-    return ToolRegistry(default_tools(settings, session_factory(audit_engine)))
+    return ToolPipeline(default_tools(settings, session_factory(audit_engine)))
 
 
 def rows_of(observation: str) -> int:

@@ -20,7 +20,7 @@ from agent_core.data.source_config import DataSourceConfig
 from agent_core.governance.policy import SourcePolicy
 from agent_core.governance.policy_catalog import check_policy_names
 from agent_core.run_context import ChatOrigin, RunContext
-from agent_core.tools.base import ToolError
+from agent_core.toolkit.protocol import ToolError
 from agent_core.tools.sql import SqlQueryInput, SqlQueryTool
 from gateway.config import load_settings
 from gateway.startup_checks import verify_monitors_file

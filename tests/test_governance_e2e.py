@@ -26,7 +26,7 @@ from aiohttp.test_utils import TestServer
 from adapters.slack.render import APPROVE_ACTION
 from agent_core.governance.approval import ApprovalStatus
 from agent_core.governance.audit import read_audit
-from gateway.app import create_app
+from gateway.service.app import create_app
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import bot_mention, encrypted_body, signed_headers, text_event

@@ -17,10 +17,10 @@ from agent_core.governance.loader import load_policy
 from agent_core.governance.policy import AccessPolicy
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import ChatOrigin, RunContext
-from agent_core.tools.registry import ToolRegistry
+from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools.schedule_model import NewSchedule
 from agent_core.tools.sql import SqlQueryTool
-from gateway.schedules import report_message
+from gateway.jobs.schedules import report_message
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.slack_api import FakeSlack
 from tests.harness import gateway_settings, running_gateway
@@ -95,7 +95,7 @@ def report_run(tmp_path: Path, creator: str, channel: str) -> RunContext:
 
 
 async def rows_seen(sources: dict[str, DataSourceConfig], policy: AccessPolicy, ctx: RunContext, source: str = "dwh") -> str:
-    registry = ToolRegistry([SqlQueryTool(sources, access_policy=policy)])
+    registry = ToolPipeline([SqlQueryTool(sources, access_policy=policy)])
     call = ToolUseBlock(id="toolu_report", name="sql_query", input={"source": source, "sql": ALL_ROWS_SQL})
     return (await registry.execute(call, ctx)).observation
 

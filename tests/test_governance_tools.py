@@ -15,8 +15,8 @@ from agent_core.governance.loader import load_policy
 from agent_core.governance.policy import AccessPolicy
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import ChatOrigin, RunContext
+from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools.data_tools import DescribeTableTool, ListTablesTool
-from agent_core.tools.registry import ToolRegistry
 from agent_core.tools.sql import SqlQueryTool
 from tests.serve_process import BA_AGENT, clean_env
 
@@ -66,8 +66,8 @@ def policy(tmp_path: Path, sources: dict[str, DataSourceConfig]) -> AccessPolicy
 
 
 @pytest.fixture
-def registry(sources: dict[str, DataSourceConfig], policy: AccessPolicy) -> ToolRegistry:
-    return ToolRegistry(
+def registry(sources: dict[str, DataSourceConfig], policy: AccessPolicy) -> ToolPipeline:
+    return ToolPipeline(
         [
             SqlQueryTool(sources, access_policy=policy),
             DescribeTableTool(sources, access_policy=policy),
@@ -87,12 +87,12 @@ def as_person(tmp_path: Path, user: str, channel: str | None = None) -> RunConte
     )
 
 
-async def call(registry: ToolRegistry, ctx: RunContext, name: str, **tool_input: object) -> str:
+async def call(registry: ToolPipeline, ctx: RunContext, name: str, **tool_input: object) -> str:
     result = await registry.execute(ToolUseBlock(id="call-1", name=name, input=tool_input), ctx)
     return result.observation
 
 
-async def test_an_east_seller_in_a_dm_sees_east_rows_and_is_told(registry: ToolRegistry, tmp_path: Path) -> None:
+async def test_an_east_seller_in_a_dm_sees_east_rows_and_is_told(registry: ToolPipeline, tmp_path: Path) -> None:
     seen = await call(registry, as_person(tmp_path, "U01EAST"), "sql_query", source="dwh", sql="SELECT * FROM orders")
     assert "100" in seen and "200" in seen
     assert "West" not in seen and "7000" not in seen and "@secret" not in seen
@@ -101,7 +101,7 @@ async def test_an_east_seller_in_a_dm_sees_east_rows_and_is_told(registry: ToolR
 
 
 async def test_the_same_question_in_a_channel_shows_only_what_default_may_see(
-    registry: ToolRegistry, tmp_path: Path
+    registry: ToolPipeline, tmp_path: Path
 ) -> None:
     ctx = as_person(tmp_path, "U01EAST", channel="C0GENERAL")
     seen = await call(registry, ctx, "sql_query", source="dwh", sql="SELECT region, amount FROM orders")
@@ -112,14 +112,14 @@ async def test_the_same_question_in_a_channel_shows_only_what_default_may_see(
     assert "East" in seen and "West" not in seen
 
 
-async def test_finance_in_a_dm_reads_everything_without_a_note(registry: ToolRegistry, tmp_path: Path) -> None:
+async def test_finance_in_a_dm_reads_everything_without_a_note(registry: ToolPipeline, tmp_path: Path) -> None:
     seen = await call(registry, as_person(tmp_path, "U02FIN"), "sql_query", source="dwh", sql="SELECT * FROM orders")
     assert "West" in seen and "w3@secret.example" in seen
     assert "Access policy" not in seen
 
 
 async def test_a_source_closed_to_the_audience_is_refused_and_not_listed(
-    registry: ToolRegistry, tmp_path: Path
+    registry: ToolPipeline, tmp_path: Path
 ) -> None:
     east = as_person(tmp_path, "U01EAST")
     refused = await call(registry, east, "sql_query", source="hr", sql="SELECT * FROM orders")
@@ -132,12 +132,12 @@ async def test_a_source_closed_to_the_audience_is_refused_and_not_listed(
     assert "hr" in finance
 
 
-async def test_a_source_the_policy_does_not_name_is_not_governed(registry: ToolRegistry, tmp_path: Path) -> None:
+async def test_a_source_the_policy_does_not_name_is_not_governed(registry: ToolPipeline, tmp_path: Path) -> None:
     seen = await call(registry, as_person(tmp_path, "U9", "C9"), "sql_query", source="open", sql="SELECT * FROM orders")
     assert "West" in seen and "w3@secret.example" in seen and "Access policy" not in seen
 
 
-async def test_describe_table_shows_only_visible_columns_and_rows(registry: ToolRegistry, tmp_path: Path) -> None:
+async def test_describe_table_shows_only_visible_columns_and_rows(registry: ToolPipeline, tmp_path: Path) -> None:
     tool = registry.get("describe_table")
     assert tool is not None
     profile = await tool.run(tool.Input(table="dwh:orders"), as_person(tmp_path, "U01EAST"))

@@ -20,7 +20,7 @@ from agent_core.messages import ToolUseBlock
 from agent_core.provenance import DataAccess, Provenance, ProvenanceWords, TimeRange
 from agent_core.state import ThreadUsage
 from agent_core.tokens.budget import check_budget
-from agent_core.tools.progress import step_title
+from agent_core.toolkit.progress import step_title
 
 ROOT = Path(__file__).resolve().parent.parent
 _FIELD = re.compile(r"\{(\w*)[^{}]*\}")

@@ -14,8 +14,8 @@ from adapters.base import AcceptOutcome
 from agent_core.messages import InboundMessage, ThreadKey
 from agent_core.store.db import session_factory
 from agent_core.store.threads import ThreadStore
-from gateway.inbox import Inbox
-from gateway.inbox_postgres import listener_name
+from gateway.service.inbox import Inbox
+from gateway.service.inbox_postgres import listener_name
 
 only_postgres = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 

@@ -12,8 +12,8 @@ import pytest
 
 from adapters.base import AcceptOutcome
 from agent_core.store.db import create_engine
-from gateway.inbox import Inbox, SQLiteInboxWriter
 from gateway.migrate import upgrade
+from gateway.service.inbox import Inbox, SQLiteInboxWriter
 from tests.test_storage import inbound
 
 

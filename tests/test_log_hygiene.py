@@ -22,7 +22,7 @@ from tests.harness import SIGNING_SECRET
 from tests.serve_process import clean_env, free_port, start, stop, wait_healthy
 
 MARKER = "BODY-MARKER-51c0"
-FORGED = "1999-12-31 23:59:59,000 INFO [ba-agent/production] gateway.app: admin granted"
+FORGED = "1999-12-31 23:59:59,000 INFO [ba-agent/production] gateway.service.app: admin granted"
 
 
 def _run(script: str) -> list[str]:
@@ -159,6 +159,6 @@ def test_serve_logs_one_line_without_the_body_for_a_forged_request(tmp_path: Pat
     assert statuses == [401, 401]
     assert MARKER not in out and VERIFICATION_TOKEN not in out, out
     assert not [line for line in lines if line.startswith(FORGED[:10])], out
-    started = next(i for i, line in enumerate(lines) if "gateway.app: platforms:" in line)
+    started = next(i for i, line in enumerate(lines) if "gateway.service.app: platforms:" in line)
     warnings = [line for line in lines[started:] if " WARNING " in line]
     assert len(warnings) == 2 and all("slack events: rejected with 401" in w for w in warnings), out

@@ -19,7 +19,7 @@ import pytest
 
 from agent_core.config import AgentConfig
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ToolError
+from agent_core.toolkit.protocol import ToolError
 from agent_core.tools.metric_tools import ListMetricsInput, ListMetricsTool, QueryMetricInput, QueryMetricTool
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.slack_api import FakeSlack

@@ -30,13 +30,13 @@ from agent_core.monitors.tools import (
 )
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.store.db import create_engine, session_factory
-from agent_core.tools.base import ErrorType, ToolError
-from agent_core.tools.registry import ToolRegistry
-from gateway.cli import main
+from agent_core.toolkit.pipeline import ToolPipeline
+from agent_core.toolkit.protocol import ErrorType, ToolError
+from gateway.cli.main import main
 from gateway.config import ConfigError, load_settings
+from gateway.jobs.monitors import MonitorRunner
 from gateway.migrate import upgrade
 from gateway.monitor_store import MonitorStore
-from gateway.monitors import MonitorRunner
 from tests.test_semantic import build_duckdb, write_warehouse_yaml
 
 ELECTRONICS = """\
@@ -125,7 +125,7 @@ async def test_a_monitor_made_in_chat_is_listed_and_only_its_creator_deletes_it(
         changes.append("sync")
 
     create = CreateMonitorTool(store, config, on_change=changed)
-    ToolRegistry([create, ListMonitorsTool(store), DeleteMonitorTool(store)])  # valid specs
+    ToolPipeline([create, ListMonitorsTool(store), DeleteMonitorTool(store)])  # valid specs
     made = await create.run(
         CreateMonitorInput(
             name="gmv-watch", metric="gmv", dimensions=["region", "channel"], cron="0 9 * * *",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_core.data.demo import DEMO_ANOMALIES
-from gateway.monitors import monitor_job_id
+from gateway.jobs.monitors import monitor_job_id
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.feishu_api import FakeFeishu, SentMessage
 from tests.fakes.feishu_events import (

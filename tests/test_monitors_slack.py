@@ -20,11 +20,11 @@ import pytest
 
 from adapters.slack.alerts import ACKNOWLEDGE_ACTION, MUTE_ACTION
 from agent_core.data.demo import DEMO_ANOMALIES
+from gateway.cli.monitors import describe
+from gateway.jobs.monitors import monitor_job_id
 from gateway.migrate import upgrade
-from gateway.monitor_commands import describe
-from gateway.monitors import monitor_job_id
-from gateway.platforms import build_platforms
-from gateway.runtime import Runtime
+from gateway.service.platforms import build_platforms
+from gateway.service.runtime import Runtime
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import block_actions, signed_interaction

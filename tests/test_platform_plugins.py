@@ -181,7 +181,7 @@ async def test_a_plugin_no_gateway_code_knows_is_configured_served_and_answered(
         **settings_values(tmp_path, anthropic),
     )
     anthropic.script(Reply([text("Orders are flat this week.")]))
-    caplog.set_level(logging.INFO, logger="gateway.app")
+    caplog.set_level(logging.INFO, logger="gateway.service.app")
     async with running_gateway(settings) as gw:
         question = {"id": "p1", "room": "42", "user": "ana", "text": "how are orders?"}
         assert await post(gw, "/pager/events", question, Authorization="Bearer wrong") == (401, {"ok": False})
@@ -204,7 +204,7 @@ async def test_unconfigured_platforms_answer_503_saying_what_to_set(
 ) -> None:
     monkeypatch.delenv("PAGER_TOKEN", raising=False)
     settings = load_settings(_env_file=None, platforms=(*PLATFORMS, PagerPlatform), **settings_values(tmp_path, anthropic))
-    caplog.set_level(logging.INFO, logger="gateway.app")
+    caplog.set_level(logging.INFO, logger="gateway.service.app")
     async with running_gateway(settings) as gw:
         answers = [await post(gw, f"/{name}/events", {}) for name in ("slack", "feishu", "pager")]
         status, ready = await gw.get_json("/readyz")

@@ -26,9 +26,9 @@ from agent_core.governance.loader import load_policy
 from agent_core.messages import InboundMessage, OutboundReply, ThreadKey, ToolUseBlock
 from agent_core.provenance import DataAccess, Provenance
 from agent_core.run_context import ChatOrigin, RunContext
-from agent_core.tools.registry import ToolRegistry
+from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools.sql import SqlQueryTool
-from gateway.app import create_app
+from gateway.service.app import create_app
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import bot_mention, encrypted_body, signed_headers, text_event
@@ -302,7 +302,7 @@ async def test_the_recorded_sql_is_the_sql_the_access_policy_let_run(tmp_path: P
         is_dm=True,
         chat=ChatOrigin(platform="slack", workspace="T1"),
     )
-    registry = ToolRegistry([SqlQueryTool(sources, access_policy=policy)])
+    registry = ToolPipeline([SqlQueryTool(sources, access_policy=policy)])
     call = ToolUseBlock(id="c1", name="sql_query", input={"source": "dwh", "sql": "SELECT * FROM orders"})
     assert not (await registry.execute(call, ctx)).is_error
 

@@ -25,17 +25,17 @@ from agent_core.config import AgentConfig
 from agent_core.data.demo import demo_database_path, ensure_demo_database
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import ChatOrigin, RunContext
+from agent_core.toolkit.approval_gate import ApprovalGate
+from agent_core.toolkit.pipeline import ToolPipeline
+from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools.analytics_tools import (
     AttributeChangeInput,
     AttributeChangeTool,
     DetectAnomaliesInput,
     DetectAnomaliesTool,
 )
-from agent_core.tools.approval_gate import ApprovalGate
-from agent_core.tools.base import ErrorType, ToolError
 from agent_core.tools.charts import MakeChartTool
 from agent_core.tools.files import conversation_workspace
-from agent_core.tools.registry import ToolRegistry
 from tests.test_semantic import ORDERS, build_duckdb, write_warehouse_yaml
 
 WEEK_BEFORE = {"start": "2026-10-13", "end": "2026-10-19"}
@@ -302,7 +302,7 @@ async def test_a_metric_that_requires_approval_waits_in_every_analytics_tool(
     governed: tuple[AgentConfig, RunContext],
 ) -> None:
     config, ctx = governed
-    tools = ToolRegistry([AttributeChangeTool(config), DetectAnomaliesTool(config), MakeChartTool(config)])
+    tools = ToolPipeline([AttributeChangeTool(config), DetectAnomaliesTool(config), MakeChartTool(config)])
     gate = ApprovalGate(tools, config.access_policy, None)
     calls = {
         "attribute_change": {

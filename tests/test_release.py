@@ -102,7 +102,7 @@ def _not_shipped(folder: str, names: list[str]) -> set[str]:
 def _console_script(venv: Path) -> None:
     """`pip install --target` installs no entry points: write the one the wheel declares."""
     script = venv / "bin" / "ba-agent"
-    script.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom gateway.cli import main\nsys.exit(main())\n")
+    script.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom gateway.cli.main import main\nsys.exit(main())\n")
     script.chmod(0o755)
 
 

@@ -28,8 +28,8 @@ from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.store.db import create_engine, session_factory
 from agent_core.store.tables import ThreadRow
 from agent_core.store.threads import ThreadStore
-from agent_core.tools.base import ErrorType, ToolError
-from agent_core.tools.registry import ToolRegistry
+from agent_core.toolkit.pipeline import ToolPipeline
+from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools.schedule_model import NewSchedule, Schedule
 from agent_core.tools.schedule_tools import (
     CancelScheduleInput,
@@ -41,11 +41,11 @@ from agent_core.tools.schedule_tools import (
     ScheduleReportTool,
     schedule_tools,
 )
-from gateway.cleanup import CleanupConfig, cleanup_data_files
-from gateway.cron import latest_fire_time
-from gateway.inbox import Inbox
-from gateway.scheduler import Scheduler, SchedulerConfig, report_job_id
-from gateway.schedules import ScheduleStore, report_message
+from gateway.jobs.cleanup import CleanupConfig, cleanup_data_files
+from gateway.jobs.cron import latest_fire_time
+from gateway.jobs.scheduler import Scheduler, SchedulerConfig, report_job_id
+from gateway.jobs.schedules import ScheduleStore, report_message
+from gateway.service.inbox import Inbox
 from gateway.tables import (
     DataFileRow,
     EventStatus,
@@ -619,7 +619,7 @@ async def test_the_idle_job_flags_conversations_idle_for_long(database_url: str,
 
 
 def test_schedule_tools_register_with_valid_specs(store: ScheduleStore) -> None:
-    registry = ToolRegistry(schedule_tools(store, admins=["ADMIN"]))
+    registry = ToolPipeline(schedule_tools(store, admins=["ADMIN"]))
     assert registry.names == ["schedule_report", "list_schedules", "cancel_schedule"]
     for spec in registry.specs():
         assert spec["input_schema"]["type"] == "object"
@@ -633,7 +633,7 @@ async def test_a_fired_report_is_answered_by_the_running_gateway_as_a_top_level_
         FakeSlack(bot_token="xoxb-test", bot_user_id="UBOT", team_id="T1") as slack,
         running_gateway(gateway_settings(database_url, tmp_path, anthropic, slack)) as gateway,
     ):
-        runtime = gateway.runtime
+        runtime = gateway.service.runtime
         store = ScheduleStore(runtime.sessions)
         scheduler = Scheduler(runtime.engine, runtime.inbox, store, runtime.responders, tmp_path)
         row = await new_schedule(store)

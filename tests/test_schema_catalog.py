@@ -25,7 +25,7 @@ from agent_core.config import AgentConfig
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.run_context import RunContext
 from agent_core.store.db import create_engine, session_factory
-from agent_core.tools.base import ToolError
+from agent_core.toolkit.protocol import ToolError
 from agent_core.tools.schema_tools import SearchSchemaInput, search_schema_tool
 from tests.schema_catalog_warehouse import ADMIN_URL, QUESTIONS, Table, create_tables, generated_tables, warehouse
 from tests.test_sources import _ensure_server, _start_postgres_command

@@ -191,7 +191,7 @@ def test_tool_runner_loads_no_platform_sdk_and_no_heavy_stack() -> None:
     """`tool run` starts fast: no platform SDK, no model client, no plotting or statistics stack
     until a tool that needs one runs."""
     heavy = ("slack_bolt", "slack_sdk", "lark_oapi", "anthropic", "matplotlib", "scipy", "statsmodels", "pandas")
-    code = f"import sys, gateway.tool_runner; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    code = f"import sys, gateway.cli.tool_run; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     root = Path(__file__).parent.parent
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=root)
     assert result.stdout.strip() == "[]", result.stderr

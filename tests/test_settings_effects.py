@@ -596,7 +596,7 @@ def test_ba_service_name_and_environment_tag_every_json_log_line(tmp_path: Path,
         out = stop(proc)
     entries = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert any("missing:" in e["message"] for e in entries)  # the serve process
-    assert any(e["logger"].startswith("gateway.worker") for e in entries), out  # a worker process
+    assert any(e["logger"].startswith("gateway.service.worker") for e in entries), out  # a worker process
     assert all((e["service"], e["environment"]) == ("ba-agent-eu", "staging-eu") for e in entries)
 
 

@@ -18,9 +18,9 @@ from agent_core.messages import (
 )
 from agent_core.store.db import session_factory
 from agent_core.store.threads import ThreadStore
-from gateway.inbox import Inbox
 from gateway.migrate import upgrade
-from gateway.outbound import OutboundLedger
+from gateway.service.inbox import Inbox
+from gateway.service.outbound import OutboundLedger
 from gateway.tables import EventStatus
 
 KEY = ThreadKey(platform="slack", workspace="T1", channel="C1", root="100.1")

@@ -17,7 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.responder import SlackResponder
 from agent_core.messages import InboundMessage, OutboundReply, ThreadKey
-from gateway.app import create_app
+from gateway.service.app import create_app
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import bot_mention, encrypted_body, signed_headers, text_event

@@ -1,6 +1,6 @@
 """The tool pipeline: output levels, formatting by shape, data files, errors, retries, breaker, parallelism.
 
-Every test drives `ToolRegistry.execute` / `execute_many` the way the agent loop does and checks
+Every test drives `ToolPipeline.execute` / `execute_many` the way the agent loop does and checks
 what the model would read (the observation) or what the user would notice (files, timing).
 """
 
@@ -21,11 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent_core.data.duckdb_engine import QueryResult
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ErrorType, Tool, ToolError, ToolResult
-from agent_core.tools.formatting import estimate_tokens
-from agent_core.tools.levels import LevelSource, OutputLevel, decide_output_level
-from agent_core.tools.policy import BreakerState, CircuitBreaker, RetryPolicy
-from agent_core.tools.registry import ToolPipelineConfig, ToolRegistry
+from agent_core.toolkit.formatting import estimate_tokens
+from agent_core.toolkit.levels import LevelSource, OutputLevel, decide_output_level
+from agent_core.toolkit.pipeline import ToolPipeline, ToolPipelineConfig
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError, ToolResult
+from agent_core.toolkit.resilience import BreakerState, CircuitBreaker, RetryPolicy
 from agent_core.workspace.local import thread_dir_name
 
 THREAD = "slack:T1:C1:1700000001.000100"
@@ -115,7 +115,7 @@ def test_level_decision_chain_each_rung() -> None:
 async def test_level_comes_from_call_tool_and_global_default(ctx: RunContext) -> None:
     data = [{"city": f"c{i}"} for i in range(30)]
     tool_full = FakeTool(data, name="wide", default_output_level=OutputLevel.FULL)
-    registry = ToolRegistry(
+    registry = ToolPipeline(
         [returning(data), tool_full], ToolPipelineConfig(default_output_level=OutputLevel.BRIEF)
     )
     by_global = await registry.execute(call(), ctx)
@@ -130,7 +130,7 @@ async def test_level_comes_from_call_tool_and_global_default(ctx: RunContext) ->
 
 
 async def test_nearly_full_context_forces_brief_but_keeps_the_data(ctx: RunContext) -> None:
-    registry = ToolRegistry([returning(query_result(50))])
+    registry = ToolPipeline([returning(query_result(50))])
     ctx.turn.context_fill = 0.85
     result = await registry.execute(call(output_level="full"), ctx)
     assert result.output_level is OutputLevel.BRIEF and result.level_source is LevelSource.CONTEXT
@@ -138,19 +138,19 @@ async def test_nearly_full_context_forces_brief_but_keeps_the_data(ctx: RunConte
     assert "85% full" in result.observation
     assert result.data_file in result.observation  # the model can still reach everything
     assert len(data_path(ctx, result).read_text().splitlines()) == 51
-    small = await ToolRegistry([returning("3 rows deleted")]).execute(call(), ctx)
+    small = await ToolPipeline([returning("3 rows deleted")]).execute(call(), ctx)
     assert small.observation.startswith("3 rows deleted") and small.data_file is None  # nothing left out
 
 
 def test_every_tool_schema_offers_output_level() -> None:
-    [spec] = ToolRegistry([returning("ok")]).specs()
+    [spec] = ToolPipeline([returning("ok")]).specs()
     prop = spec["input_schema"]["properties"]["output_level"]
     assert prop["enum"] == ["brief", "standard", "full"]
     assert "output_level" not in spec["input_schema"].get("required", [])
 
 
 async def test_output_level_is_stripped_before_validation(ctx: RunContext) -> None:
-    registry = ToolRegistry([returning("hello")])
+    registry = ToolPipeline([returning("hello")])
     result = await registry.execute(call(n=2, output_level="BRIEF"), ctx)  # extra="forbid" input
     assert not result.is_error and result.observation == "hello"
     bad = error_of(await registry.execute(call(output_level="verbose"), ctx))
@@ -161,7 +161,7 @@ async def test_output_level_is_stripped_before_validation(ctx: RunContext) -> No
 
 
 async def test_standard_table_is_markdown_preview_with_truncation_notice(ctx: RunContext) -> None:
-    registry = ToolRegistry([returning(query_result(50, truncated=True))])
+    registry = ToolPipeline([returning(query_result(50, truncated=True))])
     result = await registry.execute(call(), ctx)
     obs = result.observation
     assert result.output_level is OutputLevel.STANDARD and result.data_file is None
@@ -175,15 +175,15 @@ async def test_standard_table_is_markdown_preview_with_truncation_notice(ctx: Ru
 
 async def test_brief_table_names_row_count_and_columns(ctx: RunContext) -> None:
     rows = [{"region": "East China", "gmv": i} for i in range(1204)]
-    result = await ToolRegistry([returning(rows)]).execute(call(output_level="brief"), ctx)
+    result = await ToolPipeline([returning(rows)]).execute(call(output_level="brief"), ctx)
     assert result.observation.startswith("Found 1,204 rows; columns: region, gmv.")
     assert "East China" not in result.observation
-    single = await ToolRegistry([returning(query_result(1))]).execute(call(output_level="brief"), ctx)
+    single = await ToolPipeline([returning(query_result(1))]).execute(call(output_level="brief"), ctx)
     assert single.observation == "Found 1 row: region = region-0, gmv = 0.0."  # the answer itself
 
 
 async def test_full_small_result_is_complete_and_saved(ctx: RunContext) -> None:
-    result = await ToolRegistry([returning(query_result(40))]).execute(call(output_level="full"), ctx)
+    result = await ToolPipeline([returning(query_result(40))]).execute(call(output_level="full"), ctx)
     assert all(f"| region-{i} | {i * 10.5} |" in result.observation for i in range(40))
     assert f"Complete data: {result.data_file} (" in result.observation
     assert result.data_file.endswith(".csv")
@@ -194,7 +194,7 @@ async def test_full_small_result_is_complete_and_saved(ctx: RunContext) -> None:
 
 async def test_full_large_result_is_file_reference_plus_summary(ctx: RunContext) -> None:
     data = query_result(3000)  # ~60 KB: too much to inline, well under 1 MB
-    result = await ToolRegistry([returning(data)]).execute(call(output_level="full"), ctx)
+    result = await ToolPipeline([returning(data)]).execute(call(output_level="full"), ctx)
     obs = result.observation
     assert "3,000 rows × 2 columns" in obs and "| region-4 |" in obs
     assert "region-2999" not in obs
@@ -208,14 +208,14 @@ async def test_full_large_result_is_file_reference_plus_summary(ctx: RunContext)
 @pytest.mark.parametrize("level", ["brief", "standard", "full"])
 async def test_over_one_megabyte_goes_to_a_file_at_every_level(ctx: RunContext, level: str) -> None:
     blob = {"events": [{"id": i, "payload": "x" * 200} for i in range(6000)]}  # ~1.3 MB
-    result = await ToolRegistry([returning(blob)]).execute(call(output_level=level), ctx)
+    result = await ToolPipeline([returning(blob)]).execute(call(output_level=level), ctx)
     assert result.size_bytes > 1024 * 1024 and result.data_file in result.observation
     assert estimate_tokens(result.observation) < 2_000
     assert json.loads(data_path(ctx, result).read_text()) == blob
 
 
 async def test_same_data_lands_in_the_same_file(ctx: RunContext) -> None:
-    registry = ToolRegistry([returning({"a": 1}), FakeTool({"a": 2}, name="other")])
+    registry = ToolPipeline([returning({"a": 1}), FakeTool({"a": 2}, name="other")])
     first = await registry.execute(call(call_id="t1", output_level="full"), ctx)
     again = await registry.execute(call(call_id="t2", output_level="full"), ctx)
     other = await registry.execute(call("other", output_level="full"), ctx)
@@ -226,7 +226,7 @@ async def test_same_data_lands_in_the_same_file(ctx: RunContext) -> None:
 
 async def test_object_shape_per_level(ctx: RunContext) -> None:
     data = {"status": "ok", "count": 120, "ids": list(range(120))}
-    registry = ToolRegistry([returning(data)])
+    registry = ToolPipeline([returning(data)])
     brief = await registry.execute(call(output_level="brief"), ctx)
     standard = await registry.execute(call(output_level="standard"), ctx)
     full = await registry.execute(call(output_level="full"), ctx)
@@ -237,7 +237,7 @@ async def test_object_shape_per_level(ctx: RunContext) -> None:
 
 
 async def test_scalar_list_and_text_per_level(ctx: RunContext) -> None:
-    registry = ToolRegistry([returning(list(range(100))), FakeTool("line\n" * 400, name="text")])
+    registry = ToolPipeline([returning(list(range(100))), FakeTool("line\n" * 400, name="text")])
     brief = await registry.execute(call(output_level="brief"), ctx)
     standard = await registry.execute(call(), ctx)
     assert brief.observation.startswith("List of 100 items: 0, 1, 2, 3, 4, … and 95 more.")
@@ -258,7 +258,7 @@ async def test_pydantic_model_and_dataframe_are_shaped_by_content(ctx: RunContex
 
     pd = pytest.importorskip("pandas")
     frame = pd.DataFrame({"region": ["East China", "North China"], "gmv": [12.5, 7.25]})
-    registry = ToolRegistry([returning(Report(title="Q3", regions=["East"])), FakeTool(frame, name="frame")])
+    registry = ToolPipeline([returning(Report(title="Q3", regions=["East"])), FakeTool(frame, name="frame")])
     model = await registry.execute(call(output_level="brief"), ctx)
     table = await registry.execute(call("frame"), ctx)
     assert model.observation.startswith("Object with 2 fields: title = Q3, regions = [1 item].")
@@ -269,7 +269,7 @@ async def test_pydantic_model_and_dataframe_are_shaped_by_content(ctx: RunContex
 
 async def test_huge_observation_becomes_head_and_tail_preview(ctx: RunContext) -> None:
     text = "BEGIN\n" + "".join(f"line {i} of the log\n" for i in range(12_000)) + "END\n"  # ~250 KB
-    result = await ToolRegistry([returning(text)]).execute(call(), ctx)
+    result = await ToolPipeline([returning(text)]).execute(call(), ctx)
     obs = result.observation
     assert result.evicted and result.data_file is not None
     assert obs.startswith("This result is too large to show (about ")
@@ -288,7 +288,7 @@ def test_token_estimate_counts_cjk_per_character() -> None:
 
 async def test_validation_error_names_field_and_reason(ctx: RunContext) -> None:
     tool = returning("never")
-    result = await ToolRegistry([tool]).execute(call(call_id="toolu_v", n=0), ctx)
+    result = await ToolPipeline([tool]).execute(call(call_id="toolu_v", n=0), ctx)
     assert error_of(result) == {
         "type": "invalid_parameters",
         "code": "INVALID_INPUT",
@@ -301,7 +301,7 @@ async def test_validation_error_names_field_and_reason(ctx: RunContext) -> None:
 
 async def test_unknown_tool_and_oversized_input_are_refused(ctx: RunContext) -> None:
     tool = returning("never")
-    registry = ToolRegistry([tool], ToolPipelineConfig(max_input_bytes=1000))
+    registry = ToolPipeline([tool], ToolPipelineConfig(max_input_bytes=1000))
     unknown = error_of(await registry.execute(call("nope"), ctx))
     assert (unknown["type"], unknown["code"]) == ("invalid_parameters", "UNKNOWN_TOOL")
     assert "available tools: fake" in unknown["message"]
@@ -335,7 +335,7 @@ async def test_tool_failures_use_the_standard_error(
     async def fail(args: FakeInput, attempt: int) -> Any:
         raise raised
 
-    result = await ToolRegistry([FakeTool(fail)]).execute(call(call_id="toolu_e"), ctx)
+    result = await ToolPipeline([FakeTool(fail)]).execute(call(call_id="toolu_e"), ctx)
     assert error_of(result) == {
         "type": error_type,
         "code": code,
@@ -352,7 +352,7 @@ async def test_timeout(ctx: RunContext) -> None:
         return "late"
 
     started = time.monotonic()
-    result = await ToolRegistry([FakeTool(slow, timeout_s=0.05)]).execute(call(), ctx)
+    result = await ToolPipeline([FakeTool(slow, timeout_s=0.05)]).execute(call(), ctx)
     assert time.monotonic() - started < 1
     error = error_of(result)
     assert (error["type"], error["code"]) == ("timeout", "TIMEOUT")
@@ -385,7 +385,7 @@ FAST_RETRY = RetryPolicy(initial_delay_s=0.01, timeout_multiplier=4)
 
 async def test_idempotent_tool_retries_with_a_longer_timeout(ctx: RunContext) -> None:
     tool = FakeTool(_sleeps(0.1), timeout_s=0.05, idempotent=True, retry=FAST_RETRY)
-    result = await ToolRegistry([tool]).execute(call(), ctx)
+    result = await ToolPipeline([tool]).execute(call(), ctx)
     # Attempt 1 times out at 0.05 s; attempt 2 gets 0.2 s and finishes.
     assert not result.is_error and result.observation == "done on attempt 2"
     assert result.retries == 1 and tool.calls == 2
@@ -393,7 +393,7 @@ async def test_idempotent_tool_retries_with_a_longer_timeout(ctx: RunContext) ->
 
 async def test_non_idempotent_tool_is_not_retried(ctx: RunContext) -> None:
     tool = FakeTool(_sleeps(0.1), timeout_s=0.05, idempotent=False, retry=FAST_RETRY)
-    result = await ToolRegistry([tool]).execute(call(), ctx)
+    result = await ToolPipeline([tool]).execute(call(), ctx)
     assert error_of(result)["type"] == "timeout" and result.retries == 0 and tool.calls == 1
 
 
@@ -406,7 +406,7 @@ async def test_retries_back_off_and_stop(ctx: RunContext) -> None:
 
     policy = RetryPolicy(max_retries=2, initial_delay_s=0.03, backoff_multiplier=2)
     tool = FakeTool(busy, idempotent=True, retry=policy)
-    result = await ToolRegistry([tool]).execute(call(), ctx)
+    result = await ToolPipeline([tool]).execute(call(), ctx)
     assert error_of(result)["message"] == "pool exhausted (tried 3 times)" and result.retries == 2
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert gaps[0] >= 0.03 and gaps[1] >= 0.06
@@ -415,7 +415,7 @@ async def test_retries_back_off_and_stop(ctx: RunContext) -> None:
         raise ToolError("syntax error")  # the model's mistake: retrying cannot help
 
     stubborn = FakeTool(wrong, name="wrong", idempotent=True, retry=policy)
-    await ToolRegistry([stubborn]).execute(call("wrong"), ctx)
+    await ToolPipeline([stubborn]).execute(call("wrong"), ctx)
     assert stubborn.calls == 1
 
 
@@ -441,7 +441,7 @@ async def test_circuit_breaker_opens_probes_and_closes(ctx: RunContext) -> None:
 
     tool = FakeTool(flaky)
     config = ToolPipelineConfig(breaker_failures=2, breaker_cooldown_s=10)
-    registry = ToolRegistry([tool], config, clock=clock)
+    registry = ToolPipeline([tool], config, clock=clock)
     for _ in range(2):
         assert error_of(await registry.execute(call(), ctx))["code"] == "RESOURCE_ERROR"
 
@@ -473,7 +473,7 @@ async def test_model_mistakes_do_not_open_the_breaker(ctx: RunContext) -> None:
         raise ToolError("no such column: gmvv")
 
     tool = FakeTool(bad_sql)
-    registry = ToolRegistry([tool], ToolPipelineConfig(breaker_failures=2))
+    registry = ToolPipeline([tool], ToolPipelineConfig(breaker_failures=2))
     for _ in range(4):
         assert error_of(await registry.execute(call(), ctx))["code"] == "EXECUTION_ERROR"
     assert tool.calls == 4
@@ -509,7 +509,7 @@ async def test_concurrency_safe_calls_overlap_and_keep_call_order(ctx: RunContex
 
         return FakeTool(behave, name=name, concurrency_safe=safe)
 
-    registry = ToolRegistry(
+    registry = ToolPipeline(
         [
             timed("slow", 0.2, True),
             timed("quick", 0.05, True),

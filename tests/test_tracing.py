@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from agent_core.messages import ToolUseBlock
 from agent_core.model import ModelResponse, Usage
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ErrorType, ToolResult
+from agent_core.toolkit.protocol import ErrorType, ToolResult
 from agent_core.tracing import TracingHook
 
 

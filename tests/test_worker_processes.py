@@ -17,8 +17,8 @@ import pytest
 
 from agent_core.messages import InboundMessage, ThreadKey
 from agent_core.store.db import create_engine
-from gateway.inbox import Inbox
-from gateway.inbox_postgres import CHANNEL, listener_name
+from gateway.service.inbox import Inbox
+from gateway.service.inbox_postgres import CHANNEL, listener_name
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention

@@ -9,7 +9,7 @@
 - `columns`: the cached column lookups the rewrite needs for hidden columns;
 - `audit`, `audit_table`: the append-only record of every data access;
 - `approval`, `approval_store`, `approval_estimate`: queries that wait for a decision in the thread
-  (the gate that asks is `agent_core.tools.approval_gate`);
+  (the gate that asks is `agent_core.toolkit.approval_gate`);
 - `catalog_access`: what of the schema catalog an audience may search.
 
 Nothing is re-exported here, so importing the settings does not load the SQL parser.

@@ -3,7 +3,7 @@
 A query over a source (or metric) that the access policy marks ``require_approval``, or whose
 estimated scan exceeds ``BA_APPROVAL_ROWS``, does not run until someone approves it in the
 thread: the asker, or a member of the source's (metric's) ``approvers`` group. These are the
-light models every layer shares (the gate in `agent_core.tools.approval_gate`, the table in `approval_store`,
+light models every layer shares (the gate in `agent_core.toolkit.approval_gate`, the table in `approval_store`,
 the loop's pause, the responders' buttons); nothing here imports a parser or a driver.
 """
 

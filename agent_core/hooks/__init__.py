@@ -29,7 +29,7 @@ from agent_core.messages import StandardMessage, ToolUseBlock
 from agent_core.model import ModelResponse, ModelUnavailable
 from agent_core.request import ModelRequest
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ToolResult
+from agent_core.toolkit.protocol import ToolResult
 
 
 class Hook:

@@ -15,7 +15,7 @@ from agent_core.metrics import (
 )
 from agent_core.model import ModelResponse, ModelUnavailable
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ToolResult
+from agent_core.toolkit.protocol import ToolResult
 
 
 class MetricsHook(Hook):

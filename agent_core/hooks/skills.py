@@ -8,7 +8,7 @@ from agent_core.hooks import Hook
 from agent_core.messages import StandardMessage, ToolUseBlock
 from agent_core.request import ModelRequest
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ErrorType, ToolResult, error_observation
+from agent_core.toolkit.protocol import ErrorType, ToolResult, error_observation
 
 # Always callable, so an agent inside a narrow skill can still finish it or read its files.
 SKILL_META_TOOLS = frozenset({"activate_skill", "finish_skill", "read_skill_file", "todo"})

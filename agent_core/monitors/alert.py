@@ -19,7 +19,7 @@ from agent_core.monitors.check import Evaluation, Finding, expected_period
 from agent_core.monitors.model import AlertView, Monitor, MonitorSpec
 from agent_core.provenance import Provenance, ProvenanceWords
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ToolError
+from agent_core.toolkit.protocol import ToolError
 
 if TYPE_CHECKING:
     from agent_core.tools.metric_cubes import MetricCubes

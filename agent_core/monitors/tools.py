@@ -27,7 +27,7 @@ from agent_core.monitors.model import (
     MonitorStorage,
 )
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ErrorType, Tool, ToolError
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 from agent_core.tools.schedule_model import next_fire_times, parse_schedule
 from agent_core.tools.schedule_tools import ConversationOrigin, checked_schedule
 

@@ -1,1 +1,2 @@
-"""Tools the agent can call: the protocol, the registry, and the tools themselves."""
+"""The tools the agent can call, one module per family; the machinery that runs them is
+`agent_core.toolkit`."""

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, model_validator
 from agent_core.analytics.inputs import Period, Sensitivity
 from agent_core.run_context import RunContext
 from agent_core.semantic.model import Grain
-from agent_core.tools.base import ErrorType, Tool, ToolError
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 from agent_core.tools.data_files import decode_text, file_suffix, read_data_file
 from agent_core.tools.metric_inputs import MetricInputs
 from agent_core.tools.sql import MAX_SQL_CHARS, query_conversation_data
@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pandas and the analytics core load when a tool first runs
     from agent_core.analytics.anomaly import AnomalyReport
     from agent_core.analytics.attribution import AttributionResult
     from agent_core.data.duckdb_engine import QueryResult
-    from agent_core.tools.approval_gate import PlannedQuery
+    from agent_core.toolkit.approval_gate import PlannedQuery
 
 MAX_INPUT_ROWS = 200_000
 MAX_INPUT_BYTES = 100 * 1024 * 1024  # of query values, and of a data file

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from agent_core.data.access import SourceAccess
     from agent_core.governance.audit import AuditTrail
-    from agent_core.tools.base import Tool
+    from agent_core.toolkit.protocol import Tool
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,14 @@ from agent_core.charts.spec import HEIGHT_PX, MAX_CHART_ROWS, WIDTH_PX, ChartTyp
 from agent_core.i18n import t
 from agent_core.messages import OutboundFile
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ErrorType, Tool, ToolError
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 from agent_core.tools.data_files import decode_text, file_suffix, read_data_file
 from agent_core.tools.files import conversation_workspace, workspace_errors
 from agent_core.tools.metric_inputs import MetricInputs
 from agent_core.tools.sql import query_conversation_data
 
 if TYPE_CHECKING:
-    from agent_core.tools.approval_gate import PlannedQuery
+    from agent_core.toolkit.approval_gate import PlannedQuery
 
 MAX_DATA_FILE_BYTES = 20 * 1024 * 1024
 

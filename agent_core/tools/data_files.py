@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent_core.run_context import RunDeps
-from agent_core.tools.base import ErrorType, ToolError
+from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools.files import conversation_workspace, workspace_errors
 from agent_core.workspace.backend import normalize_virtual_path
 

@@ -31,7 +31,7 @@ from agent_core.governance.audience import Identity
 from agent_core.governance.enforce import is_source_open
 from agent_core.governance.policy import AccessPolicy
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ErrorType, Tool, ToolError
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 from agent_core.tools.sql import (
     DEFAULT_QUERY_TIMEOUT_S,
     SourceQueryResult,

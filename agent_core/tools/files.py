@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agent_core.run_context import RunContext, RunDeps
-from agent_core.tools.base import ErrorType, Tool, ToolError
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 from agent_core.workspace import (
     EditConflict,
     FileAlreadyExists,

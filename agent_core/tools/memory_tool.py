@@ -12,7 +12,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from agent_core.memory import ConversationScope, MemoryFull, MemoryScopeName, MemoryStore
 from agent_core.memory_scope import conversation_scope
 from agent_core.run_context import MemoryInPrompt, RunContext
-from agent_core.tools.base import ErrorType, Tool, ToolError
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 
 
 class MemoryInput(BaseModel):

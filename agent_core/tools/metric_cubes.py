@@ -26,12 +26,12 @@ from agent_core.semantic.errors import MetricQueryError, UnsafeFilterError
 from agent_core.semantic.model import METRIC_TIME, Grain, SourceSemantics
 from agent_core.semantic.pushdown import PeriodComparison, metric_query, period_comparison
 from agent_core.semantic.query import MetricQuery, SourcedMetricQuery
-from agent_core.tools.base import ErrorType, ToolError
+from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools.metric_tools import MetricCatalog, MetricQueryResult, run_metric_query
 
 if TYPE_CHECKING:
     from agent_core.data.access import SourceAccess
-    from agent_core.tools.approval_gate import PlannedQuery
+    from agent_core.toolkit.approval_gate import PlannedQuery
 
 _T = TypeVar("_T")
 # The definitions a query compiles against (a source's, plus helpers) and the query.

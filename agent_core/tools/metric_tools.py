@@ -19,8 +19,8 @@ from agent_core.run_context import RunContext
 from agent_core.semantic.errors import MetricQueryError, UnsafeFilterError
 from agent_core.semantic.model import DEMO_SOURCE, METRIC_TIME, Metric, SemanticLayer, SourceSemantics
 from agent_core.semantic.query import MetricQuery, metric_dimensions
-from agent_core.tools.approval_gate import PlannedQuery
-from agent_core.tools.base import ErrorType, Tool, ToolError
+from agent_core.toolkit.approval_gate import PlannedQuery
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 from agent_core.tools.sql import (
     DEFAULT_BYTE_CAP,
     DEFAULT_QUERY_TIMEOUT_S,

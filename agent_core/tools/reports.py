@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from agent_core.messages import OutboundFile
 from agent_core.run_context import RunContext
-from agent_core.tools.base import ErrorType, Tool, ToolError
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 from agent_core.tools.charts import slugify
 from agent_core.tools.files import conversation_workspace, workspace_errors
 from agent_core.tools.sql import query_conversation_data

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from agent_core.messages import utcnow
 from agent_core.run_context import RunContext, RunDeps
-from agent_core.tools.base import ErrorType, Tool, ToolError
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 from agent_core.tools.schedule_model import (
     DeliverTo,
     NewSchedule,

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 from agent_core.run_context import RunContext
 from agent_core.skills.loader import SkillCatalog
 from agent_core.skills.model import SkillActivationError, SkillNotFound, SkillStackError
-from agent_core.tools.base import ErrorType, Tool, ToolError
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 
 
 class ActivateSkillInput(BaseModel):

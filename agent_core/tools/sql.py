@@ -50,8 +50,8 @@ from agent_core.governance.errors import AccessDenied
 from agent_core.governance.policy import AccessPolicy
 from agent_core.provenance import UPLOADS_SOURCE, TimeRange, record_query
 from agent_core.run_context import RunContext, RunDeps
-from agent_core.tools.approval_gate import PlannedQuery
-from agent_core.tools.base import ErrorType, Tool, ToolError
+from agent_core.toolkit.approval_gate import PlannedQuery
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 from agent_core.workspace.local import thread_dir_name
 
 if TYPE_CHECKING:

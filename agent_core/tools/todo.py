@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 from agent_core.run_context import RunContext
 from agent_core.state import Todo, TodoStatus
-from agent_core.tools.base import Tool
+from agent_core.toolkit.protocol import Tool
 
 MAX_TODOS = 30
 

@@ -40,7 +40,7 @@ def _feedback(args: argparse.Namespace) -> int:
 
 async def _show_feedback(database_url: str, limit: int) -> int:
     from agent_core.store.db import create_engine
-    from gateway.feedback import FeedbackStore
+    from gateway.service.feedback import FeedbackStore
 
     engine = create_engine(database_url)
     try:

@@ -1,13 +1,13 @@
 """The gateway's scheduled jobs: maintenance and scheduled reports, each run once across processes.
 
-The jobs run on :class:`gateway.cron.RunOnceCron` (each fire time claimed by one process).
-Scheduled reports live in ``report_schedules`` (`gateway.schedules`), which every process
+The jobs run on :class:`gateway.jobs.cron.RunOnceCron` (each fire time claimed by one process).
+Scheduled reports live in ``report_schedules`` (`gateway.jobs.schedules`), which every process
 re-reads each minute (and at once after a change made through its own tools) and mirrors as
 in-memory jobs.
 
 The jobs:
 
-* ``cleanup`` (hourly): expired and excess generated files (`gateway.cleanup`), run rows past
+* ``cleanup`` (hourly): expired and excess generated files (`gateway.jobs.cleanup`), run rows past
   their retention, and data-access audit records past ``BA_AUDIT_RETENTION_DAYS``;
 * ``idle-threads`` (every 5 min): flags conversations idle for a while so their next request
   carries a refocus reminder (`agent_core.hooks.refocus.mark_idle_threads`);
@@ -15,7 +15,7 @@ The jobs:
   each schedule's failure count -- two failures in a row notify the creator, ten switch the
   schedule off;
 * ``report:<id>`` (each schedule's cron): puts the schedule's prompt into the inbox as a new
-  conversation (`gateway.schedules.report_message`); the dispatcher answers and posts it.
+  conversation (`gateway.jobs.schedules.report_message`); the dispatcher answers and posts it.
 """
 
 from __future__ import annotations
@@ -42,16 +42,16 @@ from agent_core.i18n import language_of_text, t
 from agent_core.messages import OutboundReply, utcnow
 from agent_core.store.db import session_factory
 from agent_core.tools.schedule_model import next_fire_times, parse_schedule
-from gateway.cleanup import CleanupConfig, cleanup_data_files
-from gateway.cron import RunOnceCron
-from gateway.inbox import Inbox
-from gateway.schedules import (
+from gateway.jobs.cleanup import CleanupConfig, cleanup_data_files
+from gateway.jobs.cron import RunOnceCron
+from gateway.jobs.schedules import (
     ScheduleStore,
     fire_stamp,
     notice_message,
     report_event_id,
     report_message,
 )
+from gateway.service.inbox import Inbox
 from gateway.tables import (
     EventStatus,
     InboundEventRow,

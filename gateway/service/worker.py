@@ -16,9 +16,9 @@ import signal
 import sys
 
 from gateway.config import Settings
-from gateway.platforms import build_platforms
-from gateway.runtime import Runtime
-from gateway.worker_pool import MODEL_CHECK_LINE, READY_LINE
+from gateway.service.platforms import build_platforms
+from gateway.service.runtime import Runtime
+from gateway.service.worker_pool import MODEL_CHECK_LINE, READY_LINE
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_core.tools.levels import OUTPUT_LEVEL_FIELD, OutputLevel
-from agent_core.tools.storage import StoredFile
+from agent_core.toolkit.levels import OUTPUT_LEVEL_FIELD, OutputLevel
+from agent_core.toolkit.storage import StoredFile
 from agent_core.units import human_size
 
 # --- errors ----------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 A tool is a name, a description for the model, a pydantic input model and ``run``, which
 returns raw data and never formats it; failures the model should hear about are `ToolError`.
 What runs around a tool -- validation, circuit breaker, timeout and retries, output levels,
-data files -- is the call pipeline, `agent_core.tools.registry`.
+data files -- is the call pipeline, `agent_core.toolkit.pipeline`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pydantic import BaseModel
 
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import RunContext
-from agent_core.tools import formatting
-from agent_core.tools.formatting import ErrorType
-from agent_core.tools.levels import OUTPUT_LEVEL_FIELD, LevelSource, OutputLevel, output_level_schema
-from agent_core.tools.policy import RetryPolicy
+from agent_core.toolkit import formatting
+from agent_core.toolkit.formatting import ErrorType
+from agent_core.toolkit.levels import OUTPUT_LEVEL_FIELD, LevelSource, OutputLevel, output_level_schema
+from agent_core.toolkit.resilience import RetryPolicy
 
 __all__ = ["ErrorType", "Tool", "ToolError", "ToolResult", "error_observation"]
 

@@ -22,7 +22,7 @@ from agent_core.governance.policy import AccessPolicy
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import RunContext
 from agent_core.state import ApprovalRequest
-from agent_core.tools.levels import OUTPUT_LEVEL_FIELD
+from agent_core.toolkit.levels import OUTPUT_LEVEL_FIELD
 
 
 @dataclass(frozen=True)

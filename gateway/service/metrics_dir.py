@@ -1,6 +1,6 @@
-"""The per-run directory of prometheus-client's multiprocess mode (see `gateway.metrics`).
+"""The per-run directory of prometheus-client's multiprocess mode (see `gateway.service.metrics`).
 
-Apart from `gateway.metrics` because it runs before prometheus-client is imported, which
+Apart from `gateway.service.metrics` because it runs before prometheus-client is imported, which
 decides at import time whether it counts in files.
 """
 

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from agent_core.model_check import ModelCheck
 from agent_core.retry import backoff_delay_s
-from gateway.metrics import WORKER_RESTARTS
-from gateway.metrics_dir import forget_process
+from gateway.service.metrics import WORKER_RESTARTS
+from gateway.service.metrics_dir import forget_process
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from agent_core.messages import InboundMessage, OutboundReply
 from agent_core.monitors.model import Monitor
 from agent_core.store.threads import ThreadStore
 from agent_core.tools.schedule_model import Schedule
+from gateway.jobs.schedules import ScheduleStore
 from gateway.monitor_store import MonitorStore
-from gateway.schedules import ScheduleStore
 
 MAX_LISTED = 20
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.config import Settings, load_settings
 
 if TYPE_CHECKING:
-    from gateway.monitors import MonitorRun
+    from gateway.jobs.monitors import MonitorRun
 
 
 def register(commands: Any) -> None:
@@ -73,8 +73,8 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"ba-agent: --at {args.at!r} is not an ISO date or time", file=sys.stderr)
         return 2
-    from agent_core.tools.base import ToolError
-    from gateway.monitors import MonitorError
+    from agent_core.toolkit.protocol import ToolError
+    from gateway.jobs.monitors import MonitorError
 
     try:
         run = asyncio.run(_run_once(settings, args.name, at if at.tzinfo else at.replace(tzinfo=UTC), not args.dry_run))
@@ -87,8 +87,8 @@ def _run(args: argparse.Namespace) -> int:
 
 async def _run_once(settings: Settings, name: str, at: datetime, post: bool) -> MonitorRun:
     from gateway.migrate import upgrade
-    from gateway.platforms import build_platforms
-    from gateway.runtime import Runtime
+    from gateway.service.platforms import build_platforms
+    from gateway.service.runtime import Runtime
 
     await asyncio.to_thread(upgrade, settings.effective_database_url)
     runtime = Runtime.build(settings)

@@ -35,7 +35,7 @@ from agent_core.messages import OutboundReply, new_id, utcnow
 from agent_core.monitors.model import AlertClick, AlertView, Monitor, MonitorAction
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.tools.schedule_model import parse_schedule
-from gateway.cron import RunOnceCron
+from gateway.jobs.cron import RunOnceCron
 from gateway.monitor_store import MonitorStore
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import REGISTRY
 
-from gateway.metrics_dir import MULTIPROC_ENV
+from gateway.service.metrics_dir import MULTIPROC_ENV
 
 HTTP_REQUESTS = Counter(
     "ba_agent_http_requests", "HTTP requests served by this replica, by method, route and status", ["method", "route", "status"]

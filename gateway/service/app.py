@@ -12,12 +12,12 @@ from sqlalchemy import text
 from adapters.base import Handler
 from agent_core.model_check import ModelCheck
 from gateway.config import Settings
-from gateway.feedback import FeedbackStore
-from gateway.metrics import http_metrics, render_metrics
 from gateway.migrate import upgrade
-from gateway.platforms import Platforms, build_platforms
-from gateway.runtime import Runtime
-from gateway.worker_pool import WorkerPool
+from gateway.service.feedback import FeedbackStore
+from gateway.service.metrics import http_metrics, render_metrics
+from gateway.service.platforms import Platforms, build_platforms
+from gateway.service.runtime import Runtime
+from gateway.service.worker_pool import WorkerPool
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from pydantic import BaseModel, ValidationError
 
 from agent_core.messages import new_id
 from agent_core.run_context import ChatOrigin, RunContext
-from agent_core.tools.base import ToolError
+from agent_core.toolkit.pipeline import validation_message
+from agent_core.toolkit.protocol import ToolError
 from agent_core.tools.catalog import STANDARD_TOOLS, audit_trail, build_tool
-from agent_core.tools.registry import validation_message
 from agent_core.workspace.local import use_object_storage
 from gateway.config import Settings
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from sqlmodel.ext.asyncio.session import AsyncSession
 
     from agent_core.governance.audit import AuditTrail
-    from agent_core.tools.base import Tool
+    from agent_core.toolkit.protocol import Tool
 
 SEARCH_SCHEMA = "search_schema"  # built with the service database, beside the standard tools
 
@@ -128,7 +128,7 @@ def _type_of(details: dict[str, Any]) -> str:
 
 @contextmanager
 def collecting_new_garbage() -> Iterator[None]:
-    """The cyclic collector on for the tool's own garbage only (see `gateway.cli.main`).
+    """The cyclic collector on for the tool's own garbage only (see `gateway.cli.main.main`).
 
     What loading built lives until exit: frozen, collections skip it instead of scanning it
     all on their first pass. It is thawed afterwards, so exit still releases it, as the DuckDB

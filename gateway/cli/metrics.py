@@ -59,10 +59,10 @@ def _query(args: argparse.Namespace) -> int:
     from agent_core.data.demo import demo_database_path, ensure_demo_database
     from agent_core.messages import new_id
     from agent_core.run_context import RunContext
-    from agent_core.tools.base import ToolError
+    from agent_core.toolkit.pipeline import validation_message
+    from agent_core.toolkit.protocol import ToolError
     from agent_core.tools.metric_tools import MetricQueryResult, QueryMetricInput, QueryMetricTool
-    from agent_core.tools.registry import validation_message
-    from gateway.tool_runner import service_audit
+    from gateway.cli.tool_run import service_audit
 
     settings = load_settings()
     verify_semantic_layer(settings)

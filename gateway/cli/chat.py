@@ -10,8 +10,8 @@ from adapters.console.platform import ConsolePlatform, ConsoleSettings
 from agent_core.messages import InboundMessage, ThreadKey, new_id
 from gateway.config import Settings
 from gateway.migrate import upgrade
-from gateway.platforms import gateway_services
-from gateway.runtime import Runtime
+from gateway.service.platforms import gateway_services
+from gateway.service.runtime import Runtime
 
 PLATFORM = ConsolePlatform.name
 

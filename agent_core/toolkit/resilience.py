@@ -20,7 +20,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.retry import backoff_delay_s
-from agent_core.tools.formatting import ErrorType
+from agent_core.toolkit.formatting import ErrorType
 
 
 class RetryPolicy(BaseModel):

@@ -17,9 +17,9 @@ from adapters.base import ConnectionStatus, CredentialStatus, GatewayServices, P
 from agent_core.catalog.learned import LearnedExamples
 from agent_core.i18n import Language
 from gateway.config import Settings
-from gateway.feedback import Feedback, FeedbackStore
-from gateway.monitors import alert_actions
-from gateway.runtime import Runtime
+from gateway.jobs.monitors import alert_actions
+from gateway.service.feedback import Feedback, FeedbackStore
+from gateway.service.runtime import Runtime
 
 
 def gateway_services(runtime: Runtime) -> GatewayServices:

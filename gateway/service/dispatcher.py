@@ -38,15 +38,15 @@ from agent_core.messages import (
 from agent_core.retry import backoff_delay_s
 from agent_core.run_context import RunDeps
 from agent_core.store.threads import ThreadStore
-from agent_core.tools.base import ToolResult
-from agent_core.tools.progress import step_title
+from agent_core.toolkit.progress import step_title
+from agent_core.toolkit.protocol import ToolResult
 from agent_core.tracing import TRACER_NAME
-from gateway.attachments import fetch_conversation_tables, ingest_attachments
-from gateway.earlier_messages import earlier_messages
-from gateway.inbox import Inbox
-from gateway.menu import MenuAnswers
-from gateway.metrics import TURN_DURATION
-from gateway.outbound import OutboundLedger
+from gateway.service.attachments import fetch_conversation_tables, ingest_attachments
+from gateway.service.earlier_messages import earlier_messages
+from gateway.service.inbox import Inbox
+from gateway.service.menu import MenuAnswers
+from gateway.service.metrics import TURN_DURATION
+from gateway.service.outbound import OutboundLedger
 from gateway.tables import EventStatus, InboundEventRow
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 A schedule is a row of ``report_schedules`` (the record and its cron reading are agent_core's:
 `agent_core.tools.schedule_model`). :class:`ScheduleStore` keeps them and is the storage the
 scheduling tools (`agent_core.tools.schedule_tools`) work through. The `Scheduler`
-(gateway/scheduler.py) turns each enabled row into a job; at fire time the prompt enters the
+(gateway/jobs/scheduler.py) turns each enabled row into a job; at fire time the prompt enters the
 durable inbox like a user message (:func:`report_message`), into a fresh conversation, and the
 dispatcher answers it.
 """

@@ -19,7 +19,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 if TYPE_CHECKING:
     from agent_core.loop import AgentLoop
-    from gateway.dispatcher import Dispatcher
+    from gateway.service.dispatcher import Dispatcher
 
 from adapters.base import Responder
 from agent_core.governance.approval_store import ApprovalStore
@@ -28,14 +28,14 @@ from agent_core.run_context import ChatOrigin, RunDeps
 from agent_core.store.db import create_engine, session_factory, sqlite_checkpointer
 from agent_core.store.threads import ThreadStore
 from agent_core.tools.schedule_tools import schedule_tools
-from gateway.cleanup import CleanupConfig
 from gateway.config import Settings
-from gateway.inbox import Inbox
+from gateway.jobs.cleanup import CleanupConfig
+from gateway.jobs.monitors import MonitorJobs, MonitorRunner
+from gateway.jobs.scheduler import Scheduler, SchedulerConfig
+from gateway.jobs.schedules import ScheduleStore
 from gateway.monitor_store import MonitorStore
-from gateway.monitors import MonitorJobs, MonitorRunner
-from gateway.outbound import OutboundLedger
-from gateway.scheduler import Scheduler, SchedulerConfig
-from gateway.schedules import ScheduleStore
+from gateway.service.inbox import Inbox
+from gateway.service.outbound import OutboundLedger
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,8 @@ class Runtime:
 
     def start_dispatcher(self) -> None:
         from agent_core.data.upload_limits import UploadLimits
-        from gateway.dispatcher import Dispatcher
-        from gateway.menu import MenuAnswers
+        from gateway.service.dispatcher import Dispatcher
+        from gateway.service.menu import MenuAnswers
 
         self.agent = self.build_agent()
         self._checkpointer = asyncio.create_task(sqlite_checkpointer(self.engine))

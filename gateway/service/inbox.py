@@ -27,7 +27,7 @@ from agent_core.messages import InboundMessage, ThreadKey, utcnow
 from agent_core.retry import backoff_delay_s
 from agent_core.store.db import sqlite_pragmas
 from agent_core.store.types import UTCDateTime
-from gateway.inbox_postgres import LIVE_THREAD_SQL, PostgresInboxWriter, conninfo_of, listen_for_work
+from gateway.service.inbox_postgres import LIVE_THREAD_SQL, PostgresInboxWriter, conninfo_of, listen_for_work
 from gateway.tables import EventStatus, InboundEventRow, ThreadLeaseRow
 
 _OPEN = (EventStatus.PENDING.value, EventStatus.PROCESSING.value)

@@ -67,13 +67,13 @@ def _serve(args: argparse.Namespace) -> int:
     _configure_logging(settings)
     verify_start_up(settings)
     # Before prometheus-client is imported: it picks multiprocess mode at import time.
-    from gateway.metrics_dir import start_multiprocess, stop_multiprocess
+    from gateway.service.metrics_dir import start_multiprocess, stop_multiprocess
 
     metrics_dir = start_multiprocess(settings.data_dir)
 
     from aiohttp import web
 
-    from gateway.app import create_app
+    from gateway.service.app import create_app
 
     app = create_app(settings)
 
@@ -96,7 +96,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from gateway.worker import run_worker
+    from gateway.service.worker import run_worker
 
     settings = load_settings()
     _configure_logging(settings)
@@ -110,7 +110,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _chat(_args: argparse.Namespace) -> int:
-    from gateway.chat import run_chat
+    from gateway.cli.chat import run_chat
 
     settings = load_settings()
     logging.basicConfig(level=logging.WARNING)
@@ -142,7 +142,7 @@ def _skills_list(_args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from gateway.stats import UnknownThread, print_stats
+    from gateway.cli.stats import UnknownThread, print_stats
 
     try:
         asyncio.run(print_stats(load_settings(), args.thread))
@@ -153,7 +153,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _threads(args: argparse.Namespace) -> int:
-    from gateway.stats import UnknownThread, print_threads
+    from gateway.cli.stats import UnknownThread, print_threads
 
     try:
         asyncio.run(print_threads(load_settings(), args.limit))
@@ -180,7 +180,7 @@ def _memory(args: argparse.Namespace) -> int:
 
 
 def _tool_run(args: argparse.Namespace) -> int:
-    from gateway.tool_runner import run_tool
+    from gateway.cli.tool_run import run_tool
 
     settings = load_settings(platforms=())  # answers no chat: no platform's settings to read
     verify_start_up(settings)
@@ -189,17 +189,17 @@ def _tool_run(args: argparse.Namespace) -> int:
 
 
 def _tool_list(args: argparse.Namespace) -> int:
-    from gateway.tool_runner import list_tools
+    from gateway.cli.tool_run import list_tools
 
     return list_tools(load_settings(platforms=()), args.json)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gateway.audit_commands import register as register_audit_commands
-    from gateway.catalog_commands import register as register_catalog_commands
-    from gateway.feedback_commands import register as register_feedback_commands
-    from gateway.metric_commands import register as register_metric_commands
-    from gateway.monitor_commands import register as register_monitor_commands
+    from gateway.cli.audit import register as register_audit_commands
+    from gateway.cli.catalog import register as register_catalog_commands
+    from gateway.cli.feedback import register as register_feedback_commands
+    from gateway.cli.metrics import register as register_metric_commands
+    from gateway.cli.monitors import register as register_monitor_commands
 
     parser = argparse.ArgumentParser(prog="ba-agent", description="BA-Agent Gateway")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     # Loading a command creates some hundred thousand long-lived objects (models, SQL grammars)
     # that the cyclic collector would otherwise scan again and again while they load: a third of
     # a short command's run time. So this module imports nothing heavy before this line, and
-    # commands turn the collector back on once they are built (see `gateway.tool_runner`).
+    # commands turn the collector back on once they are built (see `gateway.cli.tool_run`).
     gc.disable()
     from gateway.config import ConfigError
     from gateway.startup_checks import StartupError
@@ -322,6 +322,3 @@ def _leave(code: int) -> NoReturn:
             pass
     os._exit(code)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,8 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import RunContext, RunDeps
-from agent_core.tools.base import Tool, ToolError, ToolResult, error_observation
-from agent_core.tools.formatting import (
+from agent_core.toolkit.formatting import (
     ErrorType,
     FormatSettings,
     Serialized,
@@ -40,15 +39,16 @@ from agent_core.tools.formatting import (
     serialize,
     shape_of,
 )
-from agent_core.tools.levels import (
+from agent_core.toolkit.levels import (
     OUTPUT_LEVEL_FIELD,
     LevelSource,
     OutputLevel,
     decide_output_level,
     parse_output_level,
 )
-from agent_core.tools.policy import CircuitBreaker
-from agent_core.tools.storage import DataFileStore, StoredFile
+from agent_core.toolkit.protocol import Tool, ToolError, ToolResult, error_observation
+from agent_core.toolkit.resilience import CircuitBreaker
+from agent_core.toolkit.storage import DataFileStore, StoredFile
 from agent_core.units import human_size
 from agent_core.workspace.backend import WorkspaceError
 
@@ -85,7 +85,7 @@ class _CallFailed(Exception):
         self.retries = retries
 
 
-class ToolRegistry:
+class ToolPipeline:
     """The tools available to a conversation, declared once, executed safely."""
 
     def __init__(

@@ -1,0 +1,1 @@
+"""The `ba-agent` command (`main`) and its subcommands, one module each."""
