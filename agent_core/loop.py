@@ -43,7 +43,7 @@ BudgetCheck = Callable[[RunContext], Awaitable[str | None]]
 
 class ConversationStore(Protocol):
     """What the loop needs of a conversation store: `ThreadStore` (the database) or
-    `MemoryThreadStore` (sub-agents)."""
+    `EphemeralThreadStore` (sub-agents)."""
 
     def revalidate(self, thread_id: str) -> None: ...
 

@@ -23,7 +23,7 @@ from agent_core.messages import Role, StandardMessage, TextBlock, new_id
 from agent_core.model import ModelClient
 from agent_core.prompts import system_prompt
 from agent_core.run_context import RunContext, RunDeps
-from agent_core.store.memory import MemoryThreadStore
+from agent_core.store.ephemeral_threads import EphemeralThreadStore
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 
@@ -108,7 +108,7 @@ class TaskTool(Tool[TaskInput]):
 
     async def run(self, args: TaskInput, ctx: RunContext) -> str:
         spec = self._specs[args.subagent_type]
-        store = MemoryThreadStore()
+        store = EphemeralThreadStore()
         agent = AgentLoop(
             model=self._model,
             tools=self._registries[spec.name],

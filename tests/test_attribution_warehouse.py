@@ -25,12 +25,12 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from adapters.console.responder import ConsoleResponder
 from agent_core.config import AgentConfig
 from agent_core.monitors.model import Monitor
+from agent_core.monitors.store import MonitorStore
 from agent_core.run_context import RunContext
 from agent_core.store.db import create_engine, session_factory
 from agent_core.tools.analytics_tools import AttributeChangeInput, AttributeChangeTool
 from gateway.jobs.monitors import MonitorRunner
 from gateway.migrate import upgrade
-from gateway.monitor_store import MonitorStore
 from tests.test_semantic import write_warehouse_yaml
 
 REGIONS = ["East", "West", "North", "South", "Central"]

@@ -26,6 +26,7 @@ from agent_core.governance.loader import load_policy
 from agent_core.governance.policy import AccessPolicy
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import ChatOrigin, RunContext
+from agent_core.schedules.store import ScheduleStore
 from agent_core.store.db import create_engine, session_factory
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools.catalog import default_tools
@@ -34,7 +35,6 @@ from agent_core.tools.metric_tools import QueryMetricTool
 from agent_core.tools.sql import SqlQueryTool
 from gateway.config import load_settings
 from gateway.jobs.scheduler import Scheduler
-from gateway.jobs.schedules import ScheduleStore
 from gateway.service.inbox import Inbox
 from gateway.service.runtime import scheduler_config
 from tests.serve_process import BA_AGENT, clean_env

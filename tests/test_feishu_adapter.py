@@ -456,8 +456,8 @@ async def test_scheduled_reports_post_top_level_or_into_their_topic(fake: FakeFe
     in its topic through the topic's root message."""
     from datetime import UTC, datetime
 
-    from gateway.jobs.schedules import report_message
-    from gateway.tables import ReportScheduleRow
+    from agent_core.schedules.tables import ReportScheduleRow
+    from gateway.jobs.report_messages import report_message
 
     responder = FeishuResponder(client, fake_config(fake, streaming_cards=False))
     fire = datetime(2026, 11, 23, 1, 0, tzinfo=UTC)

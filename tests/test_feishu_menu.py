@@ -12,7 +12,7 @@ import lark_oapi as lark
 from lark_oapi.api.application.v6 import P2ApplicationBotMenuV6
 
 from agent_core.monitors.model import Monitor
-from agent_core.tools.schedule_model import NewSchedule
+from agent_core.schedules.model import NewSchedule
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.feishu_api import FakeFeishu, SentMessage
 from tests.fakes.feishu_events import TENANT_KEY, bot_menu_event, encrypted_body, signed_headers, text_event

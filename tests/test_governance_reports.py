@@ -17,10 +17,10 @@ from agent_core.governance.loader import load_policy
 from agent_core.governance.policy import AccessPolicy
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import ChatOrigin, RunContext
+from agent_core.schedules.model import NewSchedule
 from agent_core.toolkit.pipeline import ToolPipeline
-from agent_core.tools.schedule_model import NewSchedule
 from agent_core.tools.sql import SqlQueryTool
-from gateway.jobs.schedules import report_message
+from gateway.jobs.report_messages import report_message
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.slack_api import FakeSlack
 from tests.harness import gateway_settings, running_gateway

@@ -20,7 +20,12 @@ from agent_core.governance.audit import read_audit
 from agent_core.monitors.check import judged_period
 from agent_core.monitors.loader import MonitorFileError, load_monitors
 from agent_core.monitors.model import AlertView, Monitor, MonitorAction
-from agent_core.monitors.tools import (
+from agent_core.monitors.store import MonitorStore
+from agent_core.run_context import ChatOrigin, RunContext
+from agent_core.store.db import create_engine, session_factory
+from agent_core.toolkit.pipeline import ToolPipeline
+from agent_core.toolkit.protocol import ErrorType, ToolError
+from agent_core.tools.monitor_tools import (
     CreateMonitorInput,
     CreateMonitorTool,
     DeleteMonitorInput,
@@ -28,15 +33,10 @@ from agent_core.monitors.tools import (
     ListMonitorsInput,
     ListMonitorsTool,
 )
-from agent_core.run_context import ChatOrigin, RunContext
-from agent_core.store.db import create_engine, session_factory
-from agent_core.toolkit.pipeline import ToolPipeline
-from agent_core.toolkit.protocol import ErrorType, ToolError
 from gateway.cli.main import main
 from gateway.config import ConfigError, load_settings
 from gateway.jobs.monitors import MonitorRunner
 from gateway.migrate import upgrade
-from gateway.monitor_store import MonitorStore
 from tests.test_semantic import build_duckdb, write_warehouse_yaml
 
 ELECTRONICS = """\

@@ -25,12 +25,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_core.messages import InboundMessage, OutboundReply, ThreadKey, utcnow
 from agent_core.run_context import ChatOrigin, RunContext
+from agent_core.schedules.model import NewSchedule, Schedule
+from agent_core.schedules.store import ScheduleStore
 from agent_core.store.db import create_engine, session_factory
 from agent_core.store.tables import ThreadRow
 from agent_core.store.threads import ThreadStore
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.toolkit.protocol import ErrorType, ToolError
-from agent_core.tools.schedule_model import NewSchedule, Schedule
 from agent_core.tools.schedule_tools import (
     CancelScheduleInput,
     CancelScheduleTool,
@@ -43,8 +44,8 @@ from agent_core.tools.schedule_tools import (
 )
 from gateway.jobs.cleanup import CleanupConfig, cleanup_data_files
 from gateway.jobs.cron import latest_fire_time
+from gateway.jobs.report_messages import report_message
 from gateway.jobs.scheduler import Scheduler, SchedulerConfig, report_job_id
-from gateway.jobs.schedules import ScheduleStore, report_message
 from gateway.service.inbox import Inbox
 from gateway.tables import (
     DataFileRow,

@@ -3,7 +3,7 @@
 A monitor watches one governed metric (optionally filtered) at a time grain, per value of its
 first dimension and in total, on a cron schedule read in an IANA time zone, and alerts one
 chat channel. Its data is read with its creator's permissions in that channel. Monitors come
-from a conversation (`create_monitor`, stored by the gateway) or from the operators' monitors
+from a conversation (`create_monitor`, kept by `agent_core.monitors.store`) or from the operators' monitors
 file; both share one name space.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal, Protocol
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -54,7 +54,7 @@ class MonitorSpec(BaseModel):
 
     def trigger_check(self) -> None:
         """Raise ValueError when the cron expression or the time zone cannot be read."""
-        from agent_core.tools.schedule_model import parse_schedule  # loads APScheduler
+        from agent_core.schedules.model import parse_schedule  # loads APScheduler
 
         parse_schedule(self.cron, self.timezone)
 
@@ -151,22 +151,6 @@ class MonitorAction(StrEnum):
 
     ACKNOWLEDGE = "acknowledge"
     MUTE = "mute"
-
-
-class MonitorStorage(Protocol):
-    """Where chat-created monitors are kept: what the monitor tools read and change."""
-
-    async def create(self, monitor: Monitor) -> Monitor:
-        """Store it; raises `MonitorExists` when the name is taken."""
-        ...
-
-    async def get(self, name: str) -> Monitor | None: ...
-
-    async def in_workspace(self, platform: str, workspace: str) -> list[Monitor]: ...
-
-    async def delete(self, name: str) -> None: ...
-
-    async def state(self, name: str) -> MonitorState: ...
 
 
 class MonitorExists(Exception):

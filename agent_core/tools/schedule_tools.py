@@ -1,9 +1,9 @@
 """The scheduling tools: the model manages recurring reports from a conversation.
 
 `schedule_report`, `list_schedules` and `cancel_schedule` read and change schedules through
-:class:`~agent_core.tools.schedule_model.ScheduleStorage` (the gateway's database implements
-it; its scheduler fires them). They need to know where the conversation lives (platform,
-workspace, thread): the gateway sets it as the run's ``chat`` (`agent_core.run_context.ChatOrigin`).
+the :class:`~agent_core.schedules.store.ScheduleStore` they are given (the gateway's scheduler
+fires them). They need to know where the conversation lives (platform, workspace, thread): the
+gateway sets it as the run's ``chat`` (`agent_core.run_context.ChatOrigin`).
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ from pydantic import BaseModel, Field
 
 from agent_core.messages import utcnow
 from agent_core.run_context import RunContext, RunDeps
-from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
-from agent_core.tools.schedule_model import (
+from agent_core.schedules.model import (
     DeliverTo,
     NewSchedule,
     Schedule,
-    ScheduleStorage,
     next_fire_times,
     parse_schedule,
     shortest_gap,
 )
+from agent_core.schedules.store import ScheduleStore
+from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 
 MAX_PROMPT_CHARS = 4000
 
@@ -168,7 +168,7 @@ class ScheduleReportTool(Tool[ScheduleReportInput]):
 
     def __init__(
         self,
-        store: ScheduleStorage,
+        store: ScheduleStore,
         *,
         dm_address: DmAddress = lambda _platform, _user: None,
         on_change: OnChange | None = None,
@@ -289,7 +289,7 @@ class ListSchedulesTool(Tool[ListSchedulesInput]):
     concurrency_safe = True
 
     def __init__(
-        self, store: ScheduleStorage, admins: Iterable[str] = (), *, clock: Callable[[], datetime] = utcnow
+        self, store: ScheduleStore, admins: Iterable[str] = (), *, clock: Callable[[], datetime] = utcnow
     ) -> None:
         self._store = store
         self._admins = frozenset(admins)
@@ -324,7 +324,7 @@ class CancelScheduleTool(Tool[CancelScheduleInput]):
 
     def __init__(
         self,
-        store: ScheduleStorage,
+        store: ScheduleStore,
         admins: Iterable[str] = (),
         *,
         on_change: OnChange | None = None,
@@ -361,7 +361,7 @@ class CancelScheduleTool(Tool[CancelScheduleInput]):
 
 
 def schedule_tools(
-    store: ScheduleStorage,
+    store: ScheduleStore,
     admins: Iterable[str] = (),
     *,
     dm_address: DmAddress = lambda _platform, _user: None,

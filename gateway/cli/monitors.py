@@ -41,9 +41,9 @@ def _list(_args: argparse.Namespace) -> int:
 
 
 async def _listing(settings: Settings) -> list[str]:
+    from agent_core.monitors.store import MonitorStore
     from agent_core.store.db import create_engine, session_factory
     from gateway.migrate import upgrade
-    from gateway.monitor_store import MonitorStore
 
     await asyncio.to_thread(upgrade, settings.effective_database_url)
     engine = create_engine(settings.effective_database_url)

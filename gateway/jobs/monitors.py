@@ -33,10 +33,10 @@ from agent_core.config import AgentConfig
 from agent_core.i18n import t
 from agent_core.messages import OutboundReply, new_id, utcnow
 from agent_core.monitors.model import AlertClick, AlertView, Monitor, MonitorAction
+from agent_core.monitors.store import MonitorStore
 from agent_core.run_context import ChatOrigin, RunContext
-from agent_core.tools.schedule_model import parse_schedule
+from agent_core.schedules.model import parse_schedule
 from gateway.jobs.cron import RunOnceCron
-from gateway.monitor_store import MonitorStore
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import async_sessionmaker

@@ -1,7 +1,7 @@
 """The gateway's scheduled jobs: maintenance and scheduled reports, each run once across processes.
 
 The jobs run on :class:`gateway.jobs.cron.RunOnceCron` (each fire time claimed by one process).
-Scheduled reports live in ``report_schedules`` (`gateway.jobs.schedules`), which every process
+Scheduled reports live in ``report_schedules`` (`agent_core.schedules`), which every process
 re-reads each minute (and at once after a change made through its own tools) and mirrors as
 in-memory jobs.
 
@@ -15,7 +15,7 @@ The jobs:
   each schedule's failure count -- two failures in a row notify the creator, ten switch the
   schedule off;
 * ``report:<id>`` (each schedule's cron): puts the schedule's prompt into the inbox as a new
-  conversation (`gateway.jobs.schedules.report_message`); the dispatcher answers and posts it.
+  conversation (`gateway.jobs.report_messages.report_message`); the dispatcher answers and posts it.
 """
 
 from __future__ import annotations
@@ -40,26 +40,15 @@ from adapters.base import Responder
 from agent_core.governance.audit import prune_audit
 from agent_core.i18n import language_of_text, t
 from agent_core.messages import OutboundReply, utcnow
+from agent_core.schedules.model import next_fire_times, parse_schedule
+from agent_core.schedules.store import ScheduleStore
+from agent_core.schedules.tables import ReportScheduleRow
 from agent_core.store.db import session_factory
-from agent_core.tools.schedule_model import next_fire_times, parse_schedule
 from gateway.jobs.cleanup import CleanupConfig, cleanup_data_files
 from gateway.jobs.cron import RunOnceCron
-from gateway.jobs.schedules import (
-    ScheduleStore,
-    fire_stamp,
-    notice_message,
-    report_event_id,
-    report_message,
-)
+from gateway.jobs.report_messages import fire_stamp, notice_message, report_event_id, report_message
 from gateway.service.inbox import Inbox
-from gateway.tables import (
-    EventStatus,
-    InboundEventRow,
-    ReportScheduleRow,
-    RunOutcome,
-    RunStatus,
-    ScheduledRunRow,
-)
+from gateway.tables import EventStatus, InboundEventRow, RunOutcome, RunStatus, ScheduledRunRow
 
 log = logging.getLogger(__name__)
 

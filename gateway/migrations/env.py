@@ -13,9 +13,10 @@ import agent_core.catalog.learned  # registers the tables on SQLModel.metadata
 import agent_core.catalog.tables
 import agent_core.governance.approval_table
 import agent_core.governance.audit_table
+import agent_core.monitors.tables
+import agent_core.schedules.tables
 import agent_core.store.tables  # noqa: F401
 import gateway.feedback_tables
-import gateway.monitor_tables
 import gateway.tables  # noqa: F401
 
 connection = context.config.attributes["connection"]

@@ -11,10 +11,10 @@ from __future__ import annotations
 from agent_core.i18n import t
 from agent_core.messages import InboundMessage, OutboundReply
 from agent_core.monitors.model import Monitor
+from agent_core.monitors.store import MonitorStore
+from agent_core.schedules.model import Schedule
+from agent_core.schedules.store import ScheduleStore
 from agent_core.store.threads import ThreadStore
-from agent_core.tools.schedule_model import Schedule
-from gateway.jobs.schedules import ScheduleStore
-from gateway.monitor_store import MonitorStore
 
 MAX_LISTED = 20
 

@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 from adapters.base import Responder
 from agent_core.governance.approval_store import ApprovalStore
 from agent_core.messages import InboundMessage
+from agent_core.monitors.store import MonitorStore
 from agent_core.run_context import ChatOrigin, RunDeps
+from agent_core.schedules.store import ScheduleStore
 from agent_core.store.db import create_engine, session_factory, sqlite_checkpointer
 from agent_core.store.threads import ThreadStore
 from agent_core.tools.schedule_tools import schedule_tools
@@ -32,8 +34,6 @@ from gateway.config import Settings
 from gateway.jobs.cleanup import CleanupConfig
 from gateway.jobs.monitors import MonitorJobs, MonitorRunner
 from gateway.jobs.scheduler import Scheduler, SchedulerConfig
-from gateway.jobs.schedules import ScheduleStore
-from gateway.monitor_store import MonitorStore
 from gateway.service.inbox import Inbox
 from gateway.service.outbound import OutboundLedger
 
@@ -96,7 +96,7 @@ class Runtime:
         if not self.settings.model_configured:
             return None
         from agent_core.agent import build_agent
-        from agent_core.monitors.tools import monitor_tools
+        from agent_core.tools.monitor_tools import monitor_tools
 
         tools = schedule_tools(
             self.schedules, self.settings.schedule_admins, dm_address=self.dm_address, on_change=self.scheduler.refresh

@@ -1,4 +1,4 @@
-"""A conversation store that lives in memory: for sub-agents, whose runs are not resumed."""
+"""A conversation store held only in the process: for sub-agents, whose runs are not resumed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from agent_core.request import api_messages
 from agent_core.state import ThreadState
 
 
-class MemoryThreadStore:
+class EphemeralThreadStore:
     """Same interface as `ThreadStore` for one process-local conversation."""
 
     def __init__(self) -> None:

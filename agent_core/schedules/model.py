@@ -1,15 +1,15 @@
-"""A scheduled report as the scheduling tools see it, how its cron is read, and its storage.
+"""What a scheduled report is, and how its cron expression is read.
 
 A schedule is a five-field cron expression read in an IANA time zone, the prompt to run, who
-asked, and where the result goes. agent_core owns the record and the storage interface
-(:class:`ScheduleStorage`); the gateway stores schedules in its database, fires them and
-implements the interface, so the tools never depend on the gateway.
+asked, and where the result goes. `agent_core.schedules.store` keeps them; the scheduling
+tools (`agent_core.tools.schedule_tools`) make them in conversations and the gateway's
+scheduler (`gateway.jobs.scheduler`) fires them. Monitors read their cron the same way.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Literal, Protocol
+from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger
@@ -53,24 +53,6 @@ class Schedule(NewSchedule):
         if self.is_dm:
             return "dm"
         return "thread" if self.thread_root else "channel"
-
-
-class ScheduleStorage(Protocol):
-    """Where schedules are kept: what the scheduling tools read and change."""
-
-    async def create(self, schedule: NewSchedule) -> Schedule: ...
-
-    async def get(self, schedule_id: int) -> Schedule | None: ...
-
-    async def in_workspace(
-        self, platform: str, workspace: str, creator: str | None, *, include_disabled: bool
-    ) -> list[Schedule]:
-        """Schedules of one chat workspace, of one creator unless ``creator`` is None."""
-        ...
-
-    async def count_enabled(self, platform: str, workspace: str, creator: str) -> int: ...
-
-    async def disable(self, schedule_id: int, reason: str) -> None: ...
 
 
 # --- reading a cron expression ---------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""Monitors, their state and their alerts in the gateway's database.
+"""Monitors, their state and their alerts in the database.
 
-:class:`MonitorStore` keeps the monitors made in conversations (the monitor tools' storage,
-`agent_core.monitors.model.MonitorStorage`) beside the operators' file monitors, which it
-holds in memory: one name space for both. It also keeps each monitor's state between runs and
+:class:`MonitorStore` keeps the monitors made in conversations (through the monitor tools,
+`agent_core.tools.monitor_tools`) beside the operators' file monitors, which it holds in
+memory: one name space for both. It also keeps each monitor's state between runs and
 the alerts, which a click on an alert's buttons changes.
 """
 
@@ -26,7 +26,7 @@ from agent_core.monitors.model import (
     MonitorExists,
     MonitorState,
 )
-from gateway.monitor_tables import MonitorAlertRow, MonitorRow, MonitorStateRow
+from agent_core.monitors.tables import MonitorAlertRow, MonitorRow, MonitorStateRow
 
 MUTE_FOR = timedelta(days=7)
 
@@ -38,7 +38,7 @@ class MonitorStore:
         self._sessions = sessions
         self._file = {monitor.name: monitor for monitor in file_monitors}
 
-    # --- monitors (the tools' MonitorStorage) -------------------------------------------------
+    # --- monitors -----------------------------------------------------------------------------
 
     async def create(self, monitor: Monitor) -> Monitor:
         if monitor.name in self._file:

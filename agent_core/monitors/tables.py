@@ -1,5 +1,5 @@
 """Tables of the metric monitors: the monitors made in chats, each monitor's state between
-runs, and the alerts posted (`gateway.monitor_store` reads and writes them)."""
+runs, and the alerts posted (`agent_core.monitors.store` reads and writes them)."""
 
 from __future__ import annotations
 

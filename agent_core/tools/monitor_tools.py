@@ -1,9 +1,9 @@
 """The monitor tools: the model sets up proactive metric monitors from a conversation.
 
-`create_monitor`, `list_monitors` and `delete_monitor` work through
-:class:`~agent_core.monitors.model.MonitorStorage` (the gateway's database implements it; its
-scheduler runs the monitors). A monitor reads its data with its creator's permissions in the
-channel it alerts, checked when it is created and at every run.
+`create_monitor`, `list_monitors` and `delete_monitor` work through the
+:class:`~agent_core.monitors.store.MonitorStore` they are given (the gateway's scheduler runs
+the monitors). A monitor reads its data with its creator's permissions in the channel it
+alerts, checked when it is created and at every run.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from agent_core.monitors.model import (
     MonitorExists,
     MonitorGrain,
     MonitorOrigin,
-    MonitorStorage,
 )
+from agent_core.monitors.store import MonitorStore
 from agent_core.run_context import RunContext
+from agent_core.schedules.model import next_fire_times, parse_schedule
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
-from agent_core.tools.schedule_model import next_fire_times, parse_schedule
 from agent_core.tools.schedule_tools import ConversationOrigin, checked_schedule
 
 OnChange = Callable[[], Awaitable[None]]
@@ -99,7 +99,7 @@ class CreateMonitorTool(Tool[CreateMonitorInput]):
 
     def __init__(
         self,
-        store: MonitorStorage,
+        store: MonitorStore,
         config: AgentConfig,
         *,
         on_change: OnChange | None = None,
@@ -221,7 +221,7 @@ class ListMonitorsTool(Tool[ListMonitorsInput]):
     idempotent = True
     concurrency_safe = True
 
-    def __init__(self, store: MonitorStorage, *, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(self, store: MonitorStore, *, clock: Callable[[], datetime] = utcnow) -> None:
         self._store = store
         self._clock = clock
 
@@ -245,7 +245,7 @@ class DeleteMonitorTool(Tool[DeleteMonitorInput]):
     Input = DeleteMonitorInput
     timeout_s = 30.0
 
-    def __init__(self, store: MonitorStorage, admins: Iterable[str] = (), *, on_change: OnChange | None = None) -> None:
+    def __init__(self, store: MonitorStore, admins: Iterable[str] = (), *, on_change: OnChange | None = None) -> None:
         self._store = store
         self._admins = frozenset(admins)
         self._on_change = on_change
@@ -273,7 +273,7 @@ class DeleteMonitorTool(Tool[DeleteMonitorInput]):
 
 
 def monitor_tools(
-    store: MonitorStorage, config: AgentConfig, admins: Iterable[str] = (), *, on_change: OnChange | None = None
+    store: MonitorStore, config: AgentConfig, admins: Iterable[str] = (), *, on_change: OnChange | None = None
 ) -> list[Tool]:
     """The three monitor tools, sharing one store, admin list and change callback."""
     return [
