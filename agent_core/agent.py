@@ -31,12 +31,11 @@ from agent_core.tokens.budget import check_budget
 from agent_core.tokens.estimate import TokenCounter, shared_cl100k
 from agent_core.tokens.prices import ModelTable
 from agent_core.toolkit.approval_gate import ApprovalGate
+from agent_core.toolkit.deps import ToolDeps
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.toolkit.protocol import Tool
-from agent_core.tools.catalog import default_tools, tools_prompt_section
-from agent_core.tools.memory_tool import MemoryTool
-from agent_core.tools.skill_tools import skill_tools
-from agent_core.tools.todo import TodoTool
+from agent_core.tools import memory_tool, skill_tools, todo
+from agent_core.tools.standard import default_tools, tools_prompt_section
 from agent_core.tracing import TracingHook
 from agent_core.workspace.local import use_object_storage
 
@@ -58,8 +57,9 @@ def build_agent(
     model = ModelClient(client, config.model, config.max_tokens)
     catalog = load_skill_catalog(config.skills_dir)
     memory = MemoryStore(config.data_dir / "memory")
+    deps = ToolDeps.of(config, sessions, skills=catalog, memory=memory)
     tools = ToolPipeline(
-        [*default_tools(config, sessions), TodoTool(), *skill_tools(catalog), MemoryTool(memory, sessions), *extra_tools]
+        [*default_tools(deps), *todo.build(deps), *skill_tools.build(deps), *memory_tool.build(deps), *extra_tools]
     )
     models = ModelTable()
     usage = UsageHook(models)

@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agent_core.config import AgentConfig  # noqa: E402
+from agent_core.data.conversation import conversation_database  # noqa: E402
 from agent_core.data.demo import demo_database_path, ensure_demo_database  # noqa: E402
 from agent_core.run_context import RunContext  # noqa: E402
 from agent_core.tools.analytics_tools import (  # noqa: E402
@@ -55,7 +56,6 @@ from agent_core.tools.analytics_tools import (  # noqa: E402
     DetectAnomaliesInput,
     DetectAnomaliesTool,
 )
-from agent_core.tools.sql import conversation_database  # noqa: E402
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DIMENSIONS = ["region", "channel", "category", "platform"]

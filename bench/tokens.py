@@ -63,7 +63,7 @@ from agent_core.store.threads import ThreadStore  # noqa: E402
 from agent_core.tokens.prices import ModelTable  # noqa: E402
 from agent_core.toolkit.pipeline import ToolPipeline  # noqa: E402
 from agent_core.toolkit.protocol import Tool  # noqa: E402
-from agent_core.tools.catalog import tools_prompt_section  # noqa: E402
+from agent_core.tools.standard import tools_prompt_section  # noqa: E402
 from agent_core.tools.todo import TodoTool  # noqa: E402
 from gateway.migrate import upgrade  # noqa: E402
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, estimate_tokens, text, tool_use  # noqa: E402

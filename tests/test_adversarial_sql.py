@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from agent_core.data import sql_allowlist
+from agent_core.data.conversation import demo_database
 from agent_core.data.demo import ensure_demo_database
 from agent_core.data.duckdb_engine import run_duckdb_query
 from agent_core.data.errors import QueryFailed, SQLParseError, UnsafeSQLError
@@ -38,7 +39,7 @@ from agent_core.data.sources import _execute_on_source, query_source
 from agent_core.data.sql_guard import ensure_read_only, with_row_limit
 from agent_core.run_context import RunContext
 from agent_core.toolkit.protocol import ErrorType, ToolError
-from agent_core.tools.sql import SqlQueryTool, demo_database
+from agent_core.tools.sql import SqlQueryTool
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 MYSQL_URL = "mysql://root@127.0.0.1:3306/test"

@@ -14,9 +14,12 @@ from pydantic import ValidationError
 from agent_core.analytics.anomaly import AnomalyReport
 from agent_core.analytics.attribution import AttributionResult
 from agent_core.config import AgentConfig
+from agent_core.data.conversation import demo_database
 from agent_core.data.demo import ensure_demo_database
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import RunContext
+from agent_core.toolkit.deps import ToolDeps
+from agent_core.toolkit.files import conversation_workspace
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools.analytics_tools import (
@@ -25,9 +28,7 @@ from agent_core.tools.analytics_tools import (
     DetectAnomaliesInput,
     DetectAnomaliesTool,
 )
-from agent_core.tools.catalog import default_tools
-from agent_core.tools.files import conversation_workspace
-from agent_core.tools.sql import demo_database
+from agent_core.tools.standard import default_tools
 
 EAST_APP = "region = 'East China' AND channel = 'app'"
 DROP_DAY = datetime(2026, 10, 20)
@@ -262,9 +263,9 @@ async def test_a_period_without_rows_is_an_invalid_parameter(ctx: RunContext) ->
 
 
 async def test_default_tools_include_both_and_the_pipeline_formats_results(ctx: RunContext) -> None:
-    tools = default_tools(AgentConfig(model="test-model", data_dir=ctx.data_dir))
-    registry = ToolPipeline(tools)
-    assert {"detect_anomalies", "attribute_change"} <= set(registry.names)
+    tools = default_tools(ToolDeps.of(AgentConfig(model="test-model", data_dir=ctx.data_dir)))
+    pipeline = ToolPipeline(tools)
+    assert {"detect_anomalies", "attribute_change"} <= set(pipeline.names)
     call = ToolUseBlock(
         id="tu1",
         name="attribute_change",
@@ -277,7 +278,7 @@ async def test_default_tools_include_both_and_the_pipeline_formats_results(ctx: 
             "metric_column": "orders",
         },
     )
-    result = await registry.execute(call, ctx)
+    result = await pipeline.execute(call, ctx)
     assert not result.is_error, result.observation
     assert "East China" in result.observation
 

@@ -20,8 +20,8 @@ from agent_core.analytics.attribution import (
 )
 from agent_core.analytics.rca_benchmark import make_rca_case
 from agent_core.run_context import RunContext
+from agent_core.toolkit.files import conversation_workspace
 from agent_core.tools.analytics_tools import AttributeChangeInput, AttributeChangeTool
-from agent_core.tools.files import conversation_workspace
 
 DIMS = ["region", "channel", "device"]
 REGIONS = ["East", "West", "North", "South", "Central"]

@@ -27,12 +27,14 @@ from agent_core.governance.policy import AccessPolicy
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.schedules.store import ScheduleStore
+from agent_core.semantic.catalog import MetricCatalog
 from agent_core.store.db import create_engine, session_factory
+from agent_core.toolkit.deps import ToolDeps
 from agent_core.toolkit.pipeline import ToolPipeline
-from agent_core.tools.catalog import default_tools
 from agent_core.tools.data_tools import DescribeTableTool
 from agent_core.tools.metric_tools import QueryMetricTool
 from agent_core.tools.sql import SqlQueryTool
+from agent_core.tools.standard import default_tools
 from gateway.config import load_settings
 from gateway.jobs.scheduler import Scheduler
 from gateway.service.inbox import Inbox
@@ -91,8 +93,8 @@ def as_person(tmp_path: Path, user: str, channel: str | None = None) -> RunConte
     )
 
 
-async def call(registry: ToolPipeline, ctx: RunContext, call_id: str, name: str, **tool_input: object) -> str:
-    result = await registry.execute(ToolUseBlock(id=call_id, name=name, input=tool_input), ctx)
+async def call(pipeline: ToolPipeline, ctx: RunContext, call_id: str, name: str, **tool_input: object) -> str:
+    result = await pipeline.execute(ToolUseBlock(id=call_id, name=name, input=tool_input), ctx)
     return result.observation
 
 
@@ -107,11 +109,11 @@ async def test_sql_query_records_the_sql_as_rewritten_and_who_asked_where(
     audit_engine: AsyncEngine, warehouse: DataSourceConfig, policy: AccessPolicy, tmp_path: Path
 ) -> None:
     sessions = session_factory(audit_engine)
-    registry = sql_tools(warehouse, policy, AuditTrail(sessions))
-    seen = await call(registry, as_person(tmp_path, "U01EAST"), "toolu_01", "sql_query",
+    pipeline = sql_tools(warehouse, policy, AuditTrail(sessions))
+    seen = await call(pipeline, as_person(tmp_path, "U01EAST"), "toolu_01", "sql_query",
                       source="dwh", sql="SELECT region, count(*) AS n FROM orders GROUP BY region")  # fmt: skip
     assert "East" in seen and "West" not in seen
-    await call(registry, as_person(tmp_path, "U02FIN", channel="C0SALES"), "toolu_02", "sql_query",
+    await call(pipeline, as_person(tmp_path, "U02FIN", channel="C0SALES"), "toolu_02", "sql_query",
                source="dwh", sql="SELECT id FROM orders LIMIT 7")  # fmt: skip
 
     first, second = await read_audit(sessions)
@@ -139,11 +141,12 @@ async def test_query_metric_and_describe_table_are_recorded_too(
     sessions = session_factory(audit_engine)
     audit = AuditTrail(sessions)
     describe = DescribeTableTool(config.datasources, access_policy=config.access_policy, audit=audit)
-    registry = ToolPipeline([QueryMetricTool(config, SourceAccess(config.datasources, config.access_policy, audit)), describe])
+    catalog = MetricCatalog(config, SourceAccess(config.datasources, config.access_policy, audit))
+    pipeline = ToolPipeline([QueryMetricTool(catalog), describe])
     east = as_person(tmp_path, "U01EAST")
-    seen = await call(registry, east, "toolu_m", "query_metric", metrics=["gmv"], group_by=["region"])
+    seen = await call(pipeline, east, "toolu_m", "query_metric", metrics=["gmv"], group_by=["region"])
     assert "East" in seen and "West" not in seen
-    await call(registry, east, "toolu_d", "describe_table", table="dwh:orders")
+    await call(pipeline, east, "toolu_d", "describe_table", table="dwh:orders")
 
     metric, *described = await read_audit(sessions)
     assert (metric.tool, metric.tool_call_id, metric.user_id, metric.row_count) == ("query_metric", "toolu_m", "U01EAST", 1)
@@ -158,8 +161,8 @@ async def test_a_failed_audit_write_withholds_the_data(
 ) -> None:
     async with audit_engine.begin() as conn:  # the audit store breaks under the running service
         await conn.execute(text("DROP TABLE data_access_audit"))
-    registry = sql_tools(warehouse, policy, AuditTrail(session_factory(audit_engine)))
-    seen = await call(registry, as_person(tmp_path, "U02FIN"), "toolu_x", "sql_query",
+    pipeline = sql_tools(warehouse, policy, AuditTrail(session_factory(audit_engine)))
+    seen = await call(pipeline, as_person(tmp_path, "U02FIN"), "toolu_x", "sql_query",
                       source="dwh", sql="SELECT region, amount FROM orders")  # fmt: skip
     assert "AUDIT_UNAVAILABLE" in seen and "could not be recorded" in seen and "result is withheld" in seen
     assert "East" not in seen and "West" not in seen
@@ -176,19 +179,19 @@ async def test_the_daily_row_limit_caps_then_refuses_with_a_clear_message(
     audit_engine: AsyncEngine, warehouse: DataSourceConfig, policy: AccessPolicy, tmp_path: Path
 ) -> None:
     sessions = session_factory(audit_engine)
-    registry = sql_tools(warehouse, policy, AuditTrail(sessions, daily_rows=50))
+    pipeline = sql_tools(warehouse, policy, AuditTrail(sessions, daily_rows=50))
     east, finance = as_person(tmp_path, "U01EAST"), as_person(tmp_path, "U02FIN")
     sql = "SELECT id, region FROM orders ORDER BY id"
-    await call(registry, east, "c1", "sql_query", source="dwh", sql=sql)  # 40 East rows
-    capped = await call(registry, east, "c2", "sql_query", source="dwh", sql=sql)  # 10 left
+    await call(pipeline, east, "c1", "sql_query", source="dwh", sql=sql)  # 40 East rows
+    capped = await call(pipeline, east, "c2", "sql_query", source="dwh", sql=sql)  # 10 left
     assert "At least 10 rows" in capped and "only 10 rows were read: the rest of the asker's daily row limit" in capped
-    refused = await call(registry, east, "c3", "sql_query", source="dwh", sql=sql)
+    refused = await call(pipeline, east, "c3", "sql_query", source="dwh", sql=sql)
     assert "You have used today's 50 rows of warehouse data; the limit resets at 00:00 UTC" in refused
     assert "DAILY_ROW_LIMIT" in refused and "East" not in refused
     recorded = await read_audit(sessions, user="slack:U01EAST")
     assert [(e.row_count, e.outcome) for e in recorded] == [(40, "succeeded"), (10, "succeeded"), (0, "refused")]
     # Another user has their own allowance.
-    assert "West" in await call(registry, finance, "c4", "sql_query", source="dwh", sql=sql)
+    assert "West" in await call(pipeline, finance, "c4", "sql_query", source="dwh", sql=sql)
 
 
 async def test_the_service_tool_set_records_and_limits_as_configured(
@@ -199,11 +202,11 @@ async def test_the_service_tool_set_records_and_limits_as_configured(
         BA_SEMANTIC_DIR=str(write_warehouse_yaml(tmp_path / "semantic", "dwh")), BA_USER_DAILY_ROWS="5",
     )  # fmt: skip
     sessions = session_factory(audit_engine)
-    registry = ToolPipeline(default_tools(settings, sessions))
+    pipeline = ToolPipeline(default_tools(ToolDeps.of(settings, sessions)))
     ctx = as_person(tmp_path, "U1")
-    five = await call(registry, ctx, "c1", "sql_query", source="dwh", sql="SELECT id FROM orders")
+    five = await call(pipeline, ctx, "c1", "sql_query", source="dwh", sql="SELECT id FROM orders")
     assert "At least 5 rows" in five
-    refused = await call(registry, ctx, "c2", "query_metric", metrics=["orders"], source="dwh")
+    refused = await call(pipeline, ctx, "c2", "query_metric", metrics=["orders"], source="dwh")
     assert "You have used today's 5 rows of warehouse data" in refused
     recorded = [(e.tool, e.row_count, e.outcome) for e in await read_audit(sessions)]
     assert recorded == [("sql_query", 5, "succeeded"), ("query_metric", 0, "refused")]

@@ -20,8 +20,9 @@ from agent_core.governance.audit import AuditTrail, DataAccess, read_audit
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.store.db import create_engine, session_factory
+from agent_core.toolkit.deps import ToolDeps
 from agent_core.toolkit.pipeline import ToolPipeline
-from agent_core.tools.catalog import default_tools
+from agent_core.tools.standard import default_tools
 from gateway.config import load_settings
 from gateway.migrate import upgrade
 from tests.conftest import _drop_schema, _new_schema
@@ -113,7 +114,7 @@ async def test_push_down_tools_are_recorded_under_their_own_names(
     tmp_path: Path, audit_engine: AsyncEngine, governed_env: dict[str, str]
 ) -> None:
     settings = load_settings(_env_file=None, BA_DATA_DIR=str(tmp_path / "data"), **governed_env)
-    registry = ToolPipeline(default_tools(settings, session_factory(audit_engine)))
+    pipeline = ToolPipeline(default_tools(ToolDeps.of(settings, session_factory(audit_engine))))
     ctx = RunContext(
         thread_id="slack:T1:D1:1.1", data_dir=tmp_path / "data", channel="D1", user="U01EAST", is_dm=True,
         chat=ChatOrigin(platform="slack", workspace="T1"), tool_call_id="toolu_chart",
@@ -122,7 +123,7 @@ async def test_push_down_tools_are_recorded_under_their_own_names(
         "chart_type": "bar", "title": "GMV", "x": "channel", "y": "gmv",
         "metric_query": {"metrics": ["gmv"], "group_by": ["channel"], "source": "dwh"},
     }  # fmt: skip
-    result = await registry.execute(ToolUseBlock(id="toolu_chart", name="make_chart", input=chart), ctx)
+    result = await pipeline.execute(ToolUseBlock(id="toolu_chart", name="make_chart", input=chart), ctx)
     assert not result.is_error, result.observation
     [record] = await read_audit(session_factory(audit_engine))
     assert (record.tool, record.outcome, record.tool_call_id) == ("make_chart", "succeeded", "toolu_chart")
@@ -187,12 +188,12 @@ async def test_a_source_closed_here_is_a_recorded_refusal_for_every_tool(
     source = {**json.loads(governed_env["BA_DATASOURCES"])["dwh"], "allowed_channels": ["C0SALES"]}
     env = {**governed_env, "BA_DATASOURCES": json.dumps({"dwh": source})}
     settings = load_settings(_env_file=None, BA_DATA_DIR=str(tmp_path / "data"), **env)
-    registry = ToolPipeline(default_tools(settings, session_factory(audit_engine)))
+    pipeline = ToolPipeline(default_tools(ToolDeps.of(settings, session_factory(audit_engine))))
 
     async def call(user: str, channel: str, name: str, **tool_input: object) -> str:
         ctx = RunContext(thread_id="slack:T1:x:1.1", data_dir=tmp_path / "data", channel=channel, user=user,
                          is_dm=channel.startswith("D"), chat=ChatOrigin(platform="slack", workspace="T1"))  # fmt: skip
-        return (await registry.execute(ToolUseBlock(id=f"toolu_{name}_{user}", name=name, input=tool_input), ctx)).observation
+        return (await pipeline.execute(ToolUseBlock(id=f"toolu_{name}_{user}", name=name, input=tool_input), ctx)).observation
 
     # U0OTHER is in no group of the policy; the source's allowlist opens it in C0SALES only.
     assert "not open to" in await call("U0OTHER", "C0SALES", "describe_table", table="dwh:orders")

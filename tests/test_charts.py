@@ -14,12 +14,12 @@ from pydantic import ValidationError
 
 from agent_core.charts.fonts import CJK_FONT_FAMILY, CJK_PROBE_TEXT, font_covers
 from agent_core.charts.spec import HEIGHT_PX, WIDTH_PX
+from agent_core.data.conversation import demo_database
 from agent_core.data.demo import ensure_demo_database
 from agent_core.run_context import RunContext
+from agent_core.toolkit.files import conversation_workspace
 from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools.charts import ChartResult, MakeChartTool
-from agent_core.tools.files import conversation_workspace
-from agent_core.tools.sql import demo_database
 
 CHINESE = "华东区销售额订单数环比"
 REGION_ZH = (

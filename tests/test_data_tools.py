@@ -13,14 +13,16 @@ import psycopg
 import pytest
 
 from agent_core.config import AgentConfig
+from agent_core.data.conversation import conversation_database, demo_database
 from agent_core.data.demo import ensure_demo_database
 from agent_core.data.ingest import load_upload
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.run_context import RunContext
+from agent_core.toolkit.deps import ToolDeps
 from agent_core.toolkit.protocol import ErrorType, ToolError
-from agent_core.tools.catalog import default_tools, tools_prompt_section
 from agent_core.tools.data_tools import DescribeTableTool, ListTablesTool
-from agent_core.tools.sql import SqlQueryTool, conversation_database, demo_database
+from agent_core.tools.sql import SqlQueryTool
+from agent_core.tools.standard import default_tools, tools_prompt_section
 
 ORDERS_CSV = """order_date,region,gmv,note
 2026-10-01,East,1200.5,
@@ -264,7 +266,7 @@ async def test_postgres_source_with_allowlist(
 
 def test_default_tools_and_stable_prompt_section(tmp_path: Path, archive: DataSourceConfig) -> None:
     config = AgentConfig(model="m", data_dir=tmp_path / "data")
-    names = [tool.name for tool in default_tools(config.model_copy(update={"datasources": {"archive": archive}}))]
+    names = [tool.name for tool in default_tools(ToolDeps.of(config.model_copy(update={"datasources": {"archive": archive}})))]
     assert names[0] == "sql_query"
     assert set(names) == {
         "sql_query", "list_tables", "describe_table", "list_metrics", "query_metric", "detect_anomalies", "attribute_change",

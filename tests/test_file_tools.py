@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from agent_core.data.conversation import conversation_database
 from agent_core.data.ingest import load_upload
 from agent_core.run_context import RunContext
+from agent_core.toolkit.files import conversation_workspace
 from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools.files import (
     EditFileTool,
@@ -16,9 +18,7 @@ from agent_core.tools.files import (
     LsTool,
     ReadFileTool,
     WriteFileTool,
-    conversation_workspace,
 )
-from agent_core.tools.sql import conversation_database
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import psycopg
 import pymysql
 import pytest
 
+from agent_core.data.access import governed_source_query
 from agent_core.data.errors import DataError
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.data.sources import query_source
@@ -29,7 +30,6 @@ from agent_core.governance.audience import Identity
 from agent_core.governance.columns import SourceColumns
 from agent_core.governance.loader import load_policy
 from agent_core.governance.policy import AccessPolicy
-from agent_core.tools.sql import governed_source_query
 from tests.test_sources import PG_URL, _ensure_server, _start_postgres_command
 
 ORDERS = [

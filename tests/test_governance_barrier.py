@@ -34,6 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_core.config import AgentConfig
+from agent_core.data.access import governed_source_query, source_access
 from agent_core.data.errors import DataError
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.data.sources import query_source
@@ -49,8 +50,6 @@ from agent_core.run_context import RunContext
 from agent_core.store.db import create_engine, session_factory
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools.analytics_tools import AttributeChangeTool, DetectAnomaliesTool
-from agent_core.tools.catalog import source_access
-from agent_core.tools.sql import governed_source_query
 from tests.readonly_warehouse import mariadb_readonly, postgres_readonly
 from tests.serve_process import BA_AGENT, clean_env
 from tests.test_semantic import build_duckdb, write_warehouse_yaml
@@ -645,7 +644,7 @@ async def test_push_down_tools_are_audited_under_their_own_name(database_url: st
         sessions = session_factory(engine)
         audit = AuditTrail(sessions)
         access = source_access(config, audit)
-        registry = ToolPipeline([DetectAnomaliesTool(config, access), AttributeChangeTool(config, access)])
+        pipeline = ToolPipeline([DetectAnomaliesTool(config, access), AttributeChangeTool(config, access)])
         ctx = RunContext(thread_id="t", data_dir=config.data_dir, channel="D1", user="U1", is_dm=True)
         calls = [
             ("toolu_a", "detect_anomalies", {"metric": "gmv", "segment_column": "region"}),
@@ -656,7 +655,7 @@ async def test_push_down_tools_are_audited_under_their_own_name(database_url: st
             }),
         ]  # fmt: skip
         for call_id, name, tool_input in calls:
-            result = await registry.execute(ToolUseBlock(id=call_id, name=name, input=tool_input), ctx)
+            result = await pipeline.execute(ToolUseBlock(id=call_id, name=name, input=tool_input), ctx)
             assert not result.is_error, result.observation
         records = await read_audit(sessions)
     finally:

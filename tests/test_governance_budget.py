@@ -19,8 +19,9 @@ from agent_core.governance.budget import RowBudget
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.store.db import create_engine, session_factory
+from agent_core.toolkit.deps import ToolDeps
 from agent_core.toolkit.pipeline import ToolPipeline
-from agent_core.tools.catalog import default_tools
+from agent_core.tools.standard import default_tools
 from gateway.config import load_settings
 from tests.serve_process import BA_AGENT, clean_env
 from tests.test_semantic import build_duckdb
@@ -60,7 +61,7 @@ def service_tools(tmp_path: Path, warehouse_url: str, audit_engine: AsyncEngine,
         _env_file=None, BA_DATA_DIR=str(tmp_path / "data"), BA_DATASOURCES=json.dumps({"dwh": warehouse_url}),
         BA_USER_DAILY_ROWS=str(limit),
     )  # fmt: skip
-    return ToolPipeline(default_tools(settings, session_factory(audit_engine)))
+    return ToolPipeline(default_tools(ToolDeps.of(settings, session_factory(audit_engine))))
 
 
 def rows_of(observation: str) -> int:
@@ -73,9 +74,9 @@ def rows_of(observation: str) -> int:
 async def test_four_calls_started_together_read_at_most_the_limit(
     tmp_path: Path, warehouse_url: str, audit_engine: AsyncEngine
 ) -> None:
-    registry = service_tools(tmp_path, warehouse_url, audit_engine)
+    pipeline = service_tools(tmp_path, warehouse_url, audit_engine)
     calls = [
-        registry.execute(
+        pipeline.execute(
             ToolUseBlock(id=f"toolu_{n}", name="sql_query", input={"source": "dwh", "sql": ALL_ORDERS, "max_rows": 20}),
             person(tmp_path, "U1", f"toolu_{n}"),
         )
@@ -112,8 +113,8 @@ async def test_processes_started_together_read_at_most_the_limit(
 
     outputs = await asyncio.gather(*(tool_run() for _ in range(3)))
     # An in-process call of the same user on the same service database shares the budget too.
-    registry = service_tools(tmp_path, warehouse_url, audit_engine)
-    here = await registry.execute(
+    pipeline = service_tools(tmp_path, warehouse_url, audit_engine)
+    here = await pipeline.execute(
         ToolUseBlock(id="toolu_here", name="sql_query", input={"source": "dwh", "sql": ALL_ORDERS, "max_rows": 20}),
         person(tmp_path, "U2", "toolu_here"),
     )
@@ -126,11 +127,11 @@ async def test_a_failed_query_is_charged_and_recorded(
     tmp_path: Path, warehouse_url: str, audit_engine: AsyncEngine
 ) -> None:
     """An error text can carry a row's values, so a failing probe costs a row like a returned one."""
-    registry = service_tools(tmp_path, warehouse_url, audit_engine, limit=3)
+    pipeline = service_tools(tmp_path, warehouse_url, audit_engine, limit=3)
     probe = "SELECT CAST(region || '|' || CAST(amount AS VARCHAR) AS INTEGER) AS n FROM orders"
     seen = []
     for n in range(4):
-        result = await registry.execute(
+        result = await pipeline.execute(
             ToolUseBlock(id=f"toolu_p{n}", name="sql_query", input={"source": "dwh", "sql": probe}),
             person(tmp_path, "U3", f"toolu_p{n}"),
         )

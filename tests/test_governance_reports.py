@@ -95,9 +95,9 @@ def report_run(tmp_path: Path, creator: str, channel: str) -> RunContext:
 
 
 async def rows_seen(sources: dict[str, DataSourceConfig], policy: AccessPolicy, ctx: RunContext, source: str = "dwh") -> str:
-    registry = ToolPipeline([SqlQueryTool(sources, access_policy=policy)])
+    pipeline = ToolPipeline([SqlQueryTool(sources, access_policy=policy)])
     call = ToolUseBlock(id="toolu_report", name="sql_query", input={"source": source, "sql": ALL_ROWS_SQL})
-    return (await registry.execute(call, ctx)).observation
+    return (await pipeline.execute(call, ctx)).observation
 
 
 def test_a_reports_view_is_what_both_its_creator_and_its_target_may_see(policy: AccessPolicy) -> None:

@@ -66,7 +66,7 @@ def policy(tmp_path: Path, sources: dict[str, DataSourceConfig]) -> AccessPolicy
 
 
 @pytest.fixture
-def registry(sources: dict[str, DataSourceConfig], policy: AccessPolicy) -> ToolPipeline:
+def pipeline(sources: dict[str, DataSourceConfig], policy: AccessPolicy) -> ToolPipeline:
     return ToolPipeline(
         [
             SqlQueryTool(sources, access_policy=policy),
@@ -87,13 +87,13 @@ def as_person(tmp_path: Path, user: str, channel: str | None = None) -> RunConte
     )
 
 
-async def call(registry: ToolPipeline, ctx: RunContext, name: str, **tool_input: object) -> str:
-    result = await registry.execute(ToolUseBlock(id="call-1", name=name, input=tool_input), ctx)
+async def call(pipeline: ToolPipeline, ctx: RunContext, name: str, **tool_input: object) -> str:
+    result = await pipeline.execute(ToolUseBlock(id="call-1", name=name, input=tool_input), ctx)
     return result.observation
 
 
-async def test_an_east_seller_in_a_dm_sees_east_rows_and_is_told(registry: ToolPipeline, tmp_path: Path) -> None:
-    seen = await call(registry, as_person(tmp_path, "U01EAST"), "sql_query", source="dwh", sql="SELECT * FROM orders")
+async def test_an_east_seller_in_a_dm_sees_east_rows_and_is_told(pipeline: ToolPipeline, tmp_path: Path) -> None:
+    seen = await call(pipeline, as_person(tmp_path, "U01EAST"), "sql_query", source="dwh", sql="SELECT * FROM orders")
     assert "100" in seen and "200" in seen
     assert "West" not in seen and "7000" not in seen and "@secret" not in seen
     assert "showing rows of orders allowed for east_sales only; customer_email of orders hidden" in seen
@@ -101,44 +101,44 @@ async def test_an_east_seller_in_a_dm_sees_east_rows_and_is_told(registry: ToolP
 
 
 async def test_the_same_question_in_a_channel_shows_only_what_default_may_see(
-    registry: ToolPipeline, tmp_path: Path
+    pipeline: ToolPipeline, tmp_path: Path
 ) -> None:
     ctx = as_person(tmp_path, "U01EAST", channel="C0GENERAL")
-    seen = await call(registry, ctx, "sql_query", source="dwh", sql="SELECT region, amount FROM orders")
+    seen = await call(pipeline, ctx, "sql_query", source="dwh", sql="SELECT region, amount FROM orders")
     assert "East" not in seen and "100" not in seen and "West" not in seen
     assert "no rows of orders are open here" in seen and "everyone here reads the answer" in seen
     configured = as_person(tmp_path, "U02FIN", channel="C0SALES")  # finance asks in the sales channel
-    seen = await call(registry, configured, "sql_query", source="dwh", sql="SELECT region, amount FROM orders")
+    seen = await call(pipeline, configured, "sql_query", source="dwh", sql="SELECT region, amount FROM orders")
     assert "East" in seen and "West" not in seen
 
 
-async def test_finance_in_a_dm_reads_everything_without_a_note(registry: ToolPipeline, tmp_path: Path) -> None:
-    seen = await call(registry, as_person(tmp_path, "U02FIN"), "sql_query", source="dwh", sql="SELECT * FROM orders")
+async def test_finance_in_a_dm_reads_everything_without_a_note(pipeline: ToolPipeline, tmp_path: Path) -> None:
+    seen = await call(pipeline, as_person(tmp_path, "U02FIN"), "sql_query", source="dwh", sql="SELECT * FROM orders")
     assert "West" in seen and "w3@secret.example" in seen
     assert "Access policy" not in seen
 
 
 async def test_a_source_closed_to_the_audience_is_refused_and_not_listed(
-    registry: ToolPipeline, tmp_path: Path
+    pipeline: ToolPipeline, tmp_path: Path
 ) -> None:
     east = as_person(tmp_path, "U01EAST")
-    refused = await call(registry, east, "sql_query", source="hr", sql="SELECT * FROM orders")
+    refused = await call(pipeline, east, "sql_query", source="hr", sql="SELECT * FROM orders")
     assert "permission_denied" in refused and "'hr' is not open to you" in refused
-    assert "permission_denied" in await call(registry, east, "list_tables", source="hr")
-    assert "permission_denied" in await call(registry, east, "describe_table", table="hr:orders")
-    overview = await call(registry, east, "list_tables")
+    assert "permission_denied" in await call(pipeline, east, "list_tables", source="hr")
+    assert "permission_denied" in await call(pipeline, east, "describe_table", table="hr:orders")
+    overview = await call(pipeline, east, "list_tables")
     assert "dwh" in overview and "open" in overview and "hr" not in overview
-    finance = await call(registry, as_person(tmp_path, "U02FIN"), "list_tables")
+    finance = await call(pipeline, as_person(tmp_path, "U02FIN"), "list_tables")
     assert "hr" in finance
 
 
-async def test_a_source_the_policy_does_not_name_is_not_governed(registry: ToolPipeline, tmp_path: Path) -> None:
-    seen = await call(registry, as_person(tmp_path, "U9", "C9"), "sql_query", source="open", sql="SELECT * FROM orders")
+async def test_a_source_the_policy_does_not_name_is_not_governed(pipeline: ToolPipeline, tmp_path: Path) -> None:
+    seen = await call(pipeline, as_person(tmp_path, "U9", "C9"), "sql_query", source="open", sql="SELECT * FROM orders")
     assert "West" in seen and "w3@secret.example" in seen and "Access policy" not in seen
 
 
-async def test_describe_table_shows_only_visible_columns_and_rows(registry: ToolPipeline, tmp_path: Path) -> None:
-    tool = registry.get("describe_table")
+async def test_describe_table_shows_only_visible_columns_and_rows(pipeline: ToolPipeline, tmp_path: Path) -> None:
+    tool = pipeline.get("describe_table")
     assert tool is not None
     profile = await tool.run(tool.Input(table="dwh:orders"), as_person(tmp_path, "U01EAST"))
     assert [column.name for column in profile.columns] == ["id", "region", "amount"]

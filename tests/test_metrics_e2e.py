@@ -19,6 +19,7 @@ import pytest
 
 from agent_core.config import AgentConfig
 from agent_core.run_context import RunContext
+from agent_core.semantic.catalog import MetricCatalog
 from agent_core.toolkit.protocol import ToolError
 from agent_core.tools.metric_tools import ListMetricsInput, ListMetricsTool, QueryMetricInput, QueryMetricTool
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
@@ -150,7 +151,7 @@ async def run_everywhere(tmp_path: Path, pg: tuple[str, str], mysql: tuple[str, 
             model="m", data_dir=tmp_path / "data", BA_DATASOURCES=json.dumps({"dwh": url}), BA_SEMANTIC_DIR=str(folder)
         )
         ctx = RunContext(thread_id="t", data_dir=config.data_dir, channel="C1", user="U1")
-        result = await QueryMetricTool(config).run(QueryMetricInput.model_validate(query), ctx)
+        result = await QueryMetricTool(MetricCatalog(config)).run(QueryMetricInput.model_validate(query), ctx)
         results[kind] = comparable(result.rows)
     return results
 
@@ -175,14 +176,14 @@ async def test_list_metrics_and_a_refused_filter_through_the_tools(pg_warehouse:
         BA_SEMANTIC_DIR=str(folder),
     )
     ctx = RunContext(thread_id="t", data_dir=config.data_dir, channel="C1", user="U1")
-    listed = await ListMetricsTool(config).run(ListMetricsInput(), ctx)
+    listed = await ListMetricsTool(MetricCatalog(config)).run(ListMetricsInput(), ctx)
     gmv = next(m for m in listed if m.name == "gmv")
     assert (gmv.type, gmv.source, gmv.description) == ("simple", "dwh", "Sum of order amounts.")
     assert {"region", "channel", "segment", "metric_time"} <= set(gmv.dimensions)
     with pytest.raises(ToolError) as refused:
-        await QueryMetricTool(config).run(QueryMetricInput(metrics=["gmv"], where="1=1; DROP TABLE orders"), ctx)
+        await QueryMetricTool(MetricCatalog(config)).run(QueryMetricInput(metrics=["gmv"], where="1=1; DROP TABLE orders"), ctx)
     assert refused.value.error_type.value == "permission_denied" and "one condition" in str(refused.value)
     stranger = RunContext(thread_id="t", data_dir=config.data_dir, channel="C1", user="U2")
-    assert await ListMetricsTool(config).run(ListMetricsInput(source="dwh"), stranger) == []
+    assert await ListMetricsTool(MetricCatalog(config)).run(ListMetricsInput(source="dwh"), stranger) == []
     with pytest.raises(ToolError, match="Unknown metric"):
-        await QueryMetricTool(config).run(QueryMetricInput(metrics=["gmv"], source=None), stranger)
+        await QueryMetricTool(MetricCatalog(config)).run(QueryMetricInput(metrics=["gmv"], source=None), stranger)

@@ -302,9 +302,9 @@ async def test_the_recorded_sql_is_the_sql_the_access_policy_let_run(tmp_path: P
         is_dm=True,
         chat=ChatOrigin(platform="slack", workspace="T1"),
     )
-    registry = ToolPipeline([SqlQueryTool(sources, access_policy=policy)])
+    pipeline = ToolPipeline([SqlQueryTool(sources, access_policy=policy)])
     call = ToolUseBlock(id="c1", name="sql_query", input={"source": "dwh", "sql": "SELECT * FROM orders"})
-    assert not (await registry.execute(call, ctx)).is_error
+    assert not (await pipeline.execute(call, ctx)).is_error
 
     provenance = Provenance.of(ctx.turn.data_used)
     assert provenance is not None

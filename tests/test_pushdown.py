@@ -26,6 +26,7 @@ from agent_core.data.demo import demo_database_path, ensure_demo_database
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.toolkit.approval_gate import ApprovalGate
+from agent_core.toolkit.files import conversation_workspace
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools.analytics_tools import (
@@ -35,7 +36,6 @@ from agent_core.tools.analytics_tools import (
     DetectAnomaliesTool,
 )
 from agent_core.tools.charts import MakeChartTool
-from agent_core.tools.files import conversation_workspace
 from tests.test_semantic import ORDERS, build_duckdb, write_warehouse_yaml
 
 WEEK_BEFORE = {"start": "2026-10-13", "end": "2026-10-19"}

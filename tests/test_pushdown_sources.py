@@ -14,13 +14,13 @@ import pytest
 
 from agent_core.config import AgentConfig
 from agent_core.run_context import RunContext
+from agent_core.toolkit.files import conversation_workspace
 from agent_core.tools.analytics_tools import (
     AttributeChangeInput,
     AttributeChangeTool,
     DetectAnomaliesInput,
     DetectAnomaliesTool,
 )
-from agent_core.tools.files import conversation_workspace
 from tests.test_metrics_e2e import mysql_warehouse, pg_warehouse, semantic_dir  # noqa: F401  (fixtures)
 from tests.test_pushdown import assert_only_aggregates_read_tables, same_causes
 from tests.test_semantic import ORDERS

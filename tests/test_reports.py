@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from agent_core.data.conversation import demo_database
 from agent_core.data.demo import ensure_demo_database
 from agent_core.run_context import RunContext
 from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools.charts import MakeChartTool
 from agent_core.tools.reports import GenerateReportTool, ReportResult
-from agent_core.tools.sql import demo_database
 
 TODAY = date.today().isoformat()
 

@@ -115,12 +115,12 @@ def test_level_decision_chain_each_rung() -> None:
 async def test_level_comes_from_call_tool_and_global_default(ctx: RunContext) -> None:
     data = [{"city": f"c{i}"} for i in range(30)]
     tool_full = FakeTool(data, name="wide", default_output_level=OutputLevel.FULL)
-    registry = ToolPipeline(
+    pipeline = ToolPipeline(
         [returning(data), tool_full], ToolPipelineConfig(default_output_level=OutputLevel.BRIEF)
     )
-    by_global = await registry.execute(call(), ctx)
-    by_tool = await registry.execute(call("wide"), ctx)
-    by_call = await registry.execute(call("wide", output_level="standard"), ctx)
+    by_global = await pipeline.execute(call(), ctx)
+    by_tool = await pipeline.execute(call("wide"), ctx)
+    by_call = await pipeline.execute(call("wide", output_level="standard"), ctx)
     assert (by_global.output_level, by_global.level_source) == (OutputLevel.BRIEF, LevelSource.GLOBAL)
     assert by_global.observation.startswith("Found 30 rows; columns: city.")
     assert (by_tool.output_level, by_tool.level_source) == (OutputLevel.FULL, LevelSource.TOOL)
@@ -130,9 +130,9 @@ async def test_level_comes_from_call_tool_and_global_default(ctx: RunContext) ->
 
 
 async def test_nearly_full_context_forces_brief_but_keeps_the_data(ctx: RunContext) -> None:
-    registry = ToolPipeline([returning(query_result(50))])
+    pipeline = ToolPipeline([returning(query_result(50))])
     ctx.turn.context_fill = 0.85
-    result = await registry.execute(call(output_level="full"), ctx)
+    result = await pipeline.execute(call(output_level="full"), ctx)
     assert result.output_level is OutputLevel.BRIEF and result.level_source is LevelSource.CONTEXT
     assert "Found 50 rows" in result.observation and "| region |" not in result.observation
     assert "85% full" in result.observation
@@ -150,10 +150,10 @@ def test_every_tool_schema_offers_output_level() -> None:
 
 
 async def test_output_level_is_stripped_before_validation(ctx: RunContext) -> None:
-    registry = ToolPipeline([returning("hello")])
-    result = await registry.execute(call(n=2, output_level="BRIEF"), ctx)  # extra="forbid" input
+    pipeline = ToolPipeline([returning("hello")])
+    result = await pipeline.execute(call(n=2, output_level="BRIEF"), ctx)  # extra="forbid" input
     assert not result.is_error and result.observation == "hello"
-    bad = error_of(await registry.execute(call(output_level="verbose"), ctx))
+    bad = error_of(await pipeline.execute(call(output_level="verbose"), ctx))
     assert bad["type"] == "invalid_parameters" and bad["message"].startswith("output_level:")
 
 
@@ -161,8 +161,8 @@ async def test_output_level_is_stripped_before_validation(ctx: RunContext) -> No
 
 
 async def test_standard_table_is_markdown_preview_with_truncation_notice(ctx: RunContext) -> None:
-    registry = ToolPipeline([returning(query_result(50, truncated=True))])
-    result = await registry.execute(call(), ctx)
+    pipeline = ToolPipeline([returning(query_result(50, truncated=True))])
+    result = await pipeline.execute(call(), ctx)
     obs = result.observation
     assert result.output_level is OutputLevel.STANDARD and result.data_file is None
     assert "At least 50 rows × 2 columns: region (VARCHAR), gmv (DOUBLE)." in obs
@@ -215,10 +215,10 @@ async def test_over_one_megabyte_goes_to_a_file_at_every_level(ctx: RunContext, 
 
 
 async def test_same_data_lands_in_the_same_file(ctx: RunContext) -> None:
-    registry = ToolPipeline([returning({"a": 1}), FakeTool({"a": 2}, name="other")])
-    first = await registry.execute(call(call_id="t1", output_level="full"), ctx)
-    again = await registry.execute(call(call_id="t2", output_level="full"), ctx)
-    other = await registry.execute(call("other", output_level="full"), ctx)
+    pipeline = ToolPipeline([returning({"a": 1}), FakeTool({"a": 2}, name="other")])
+    first = await pipeline.execute(call(call_id="t1", output_level="full"), ctx)
+    again = await pipeline.execute(call(call_id="t2", output_level="full"), ctx)
+    other = await pipeline.execute(call("other", output_level="full"), ctx)
     assert first.data_file == again.data_file != other.data_file
     assert first.data_hash is not None and first.data_file == f"/data/{first.data_hash[:16]}.json"
     assert len(list(data_path(ctx, first).parent.iterdir())) == 2
@@ -226,10 +226,10 @@ async def test_same_data_lands_in_the_same_file(ctx: RunContext) -> None:
 
 async def test_object_shape_per_level(ctx: RunContext) -> None:
     data = {"status": "ok", "count": 120, "ids": list(range(120))}
-    registry = ToolPipeline([returning(data)])
-    brief = await registry.execute(call(output_level="brief"), ctx)
-    standard = await registry.execute(call(output_level="standard"), ctx)
-    full = await registry.execute(call(output_level="full"), ctx)
+    pipeline = ToolPipeline([returning(data)])
+    brief = await pipeline.execute(call(output_level="brief"), ctx)
+    standard = await pipeline.execute(call(output_level="standard"), ctx)
+    full = await pipeline.execute(call(output_level="full"), ctx)
     assert brief.observation.startswith("Object with 3 fields: status = ok, count = 120, ids = [120 items].")
     preview = json.loads(standard.observation.split("\n\n")[0])
     assert preview["ids"][:20] == list(range(20)) and preview["ids"][20] == "… and 100 more items"
@@ -237,16 +237,16 @@ async def test_object_shape_per_level(ctx: RunContext) -> None:
 
 
 async def test_scalar_list_and_text_per_level(ctx: RunContext) -> None:
-    registry = ToolPipeline([returning(list(range(100))), FakeTool("line\n" * 400, name="text")])
-    brief = await registry.execute(call(output_level="brief"), ctx)
-    standard = await registry.execute(call(), ctx)
+    pipeline = ToolPipeline([returning(list(range(100))), FakeTool("line\n" * 400, name="text")])
+    brief = await pipeline.execute(call(output_level="brief"), ctx)
+    standard = await pipeline.execute(call(), ctx)
     assert brief.observation.startswith("List of 100 items: 0, 1, 2, 3, 4, … and 95 more.")
     assert (
         standard.observation.startswith("List of 100 items:\n- 0\n- 1\n")
         and "… and 80 more." in standard.observation
     )
-    text_brief = await registry.execute(call("text", output_level="brief"), ctx)
-    text_standard = await registry.execute(call("text"), ctx)
+    text_brief = await pipeline.execute(call("text", output_level="brief"), ctx)
+    text_standard = await pipeline.execute(call("text"), ctx)
     assert "(2,000 characters, 401 lines in total)" in text_brief.observation
     assert text_standard.observation == "line\n" * 400
 
@@ -258,9 +258,9 @@ async def test_pydantic_model_and_dataframe_are_shaped_by_content(ctx: RunContex
 
     pd = pytest.importorskip("pandas")
     frame = pd.DataFrame({"region": ["East China", "North China"], "gmv": [12.5, 7.25]})
-    registry = ToolPipeline([returning(Report(title="Q3", regions=["East"])), FakeTool(frame, name="frame")])
-    model = await registry.execute(call(output_level="brief"), ctx)
-    table = await registry.execute(call("frame"), ctx)
+    pipeline = ToolPipeline([returning(Report(title="Q3", regions=["East"])), FakeTool(frame, name="frame")])
+    model = await pipeline.execute(call(output_level="brief"), ctx)
+    table = await pipeline.execute(call("frame"), ctx)
     assert model.observation.startswith("Object with 2 fields: title = Q3, regions = [1 item].")
     assert table.observation.startswith("2 rows × 2 columns: region (")  # dtype name varies by version
     assert "gmv (float64)." in table.observation
@@ -301,11 +301,11 @@ async def test_validation_error_names_field_and_reason(ctx: RunContext) -> None:
 
 async def test_unknown_tool_and_oversized_input_are_refused(ctx: RunContext) -> None:
     tool = returning("never")
-    registry = ToolPipeline([tool], ToolPipelineConfig(max_input_bytes=1000))
-    unknown = error_of(await registry.execute(call("nope"), ctx))
+    pipeline = ToolPipeline([tool], ToolPipelineConfig(max_input_bytes=1000))
+    unknown = error_of(await pipeline.execute(call("nope"), ctx))
     assert (unknown["type"], unknown["code"]) == ("invalid_parameters", "UNKNOWN_TOOL")
     assert "available tools: fake" in unknown["message"]
-    big = error_of(await registry.execute(call(label="x" * 2000), ctx))
+    big = error_of(await pipeline.execute(call(label="x" * 2000), ctx))
     assert (big["type"], big["code"]) == ("invalid_parameters", "INPUT_TOO_LARGE")
     assert tool.calls == 0
 
@@ -441,11 +441,11 @@ async def test_circuit_breaker_opens_probes_and_closes(ctx: RunContext) -> None:
 
     tool = FakeTool(flaky)
     config = ToolPipelineConfig(breaker_failures=2, breaker_cooldown_s=10)
-    registry = ToolPipeline([tool], config, clock=clock)
+    pipeline = ToolPipeline([tool], config, clock=clock)
     for _ in range(2):
-        assert error_of(await registry.execute(call(), ctx))["code"] == "RESOURCE_ERROR"
+        assert error_of(await pipeline.execute(call(), ctx))["code"] == "RESOURCE_ERROR"
 
-    refused = error_of(await registry.execute(call(), ctx))  # open: the tool is not called
+    refused = error_of(await pipeline.execute(call(), ctx))  # open: the tool is not called
     assert (refused["type"], refused["code"], refused["retry_after_s"]) == (
         "resource_error",
         "TOOL_DISABLED",
@@ -454,17 +454,17 @@ async def test_circuit_breaker_opens_probes_and_closes(ctx: RunContext) -> None:
     assert "temporarily disabled" in refused["message"] and "in 10 s" in refused["message"]
     assert tool.calls == 2
     clock.now += 4
-    assert error_of(await registry.execute(call(), ctx))["retry_after_s"] == 6
+    assert error_of(await pipeline.execute(call(), ctx))["retry_after_s"] == 6
 
     clock.now += 6  # half-open: one probe runs; it fails, so the breaker opens again at once
-    assert error_of(await registry.execute(call(), ctx))["code"] == "RESOURCE_ERROR"
+    assert error_of(await pipeline.execute(call(), ctx))["code"] == "RESOURCE_ERROR"
     assert tool.calls == 3
-    assert error_of(await registry.execute(call(), ctx))["code"] == "TOOL_DISABLED"
+    assert error_of(await pipeline.execute(call(), ctx))["code"] == "TOOL_DISABLED"
 
     clock.now += 10
     healthy = True
-    assert (await registry.execute(call(), ctx)).observation == "rows"  # the probe closes it
-    assert (await registry.execute(call(), ctx)).observation == "rows"
+    assert (await pipeline.execute(call(), ctx)).observation == "rows"  # the probe closes it
+    assert (await pipeline.execute(call(), ctx)).observation == "rows"
     assert tool.calls == 5
 
 
@@ -473,9 +473,9 @@ async def test_model_mistakes_do_not_open_the_breaker(ctx: RunContext) -> None:
         raise ToolError("no such column: gmvv")
 
     tool = FakeTool(bad_sql)
-    registry = ToolPipeline([tool], ToolPipelineConfig(breaker_failures=2))
+    pipeline = ToolPipeline([tool], ToolPipelineConfig(breaker_failures=2))
     for _ in range(4):
-        assert error_of(await registry.execute(call(), ctx))["code"] == "EXECUTION_ERROR"
+        assert error_of(await pipeline.execute(call(), ctx))["code"] == "EXECUTION_ERROR"
     assert tool.calls == 4
 
 
@@ -509,7 +509,7 @@ async def test_concurrency_safe_calls_overlap_and_keep_call_order(ctx: RunContex
 
         return FakeTool(behave, name=name, concurrency_safe=safe)
 
-    registry = ToolPipeline(
+    pipeline = ToolPipeline(
         [
             timed("slow", 0.2, True),
             timed("quick", 0.05, True),
@@ -518,7 +518,7 @@ async def test_concurrency_safe_calls_overlap_and_keep_call_order(ctx: RunContex
         ]
     )
     calls = [call(name, call_id=f"toolu_{name}") for name in ("slow", "quick", "write", "after")]
-    results = await registry.execute_many(calls, ctx)
+    results = await pipeline.execute_many(calls, ctx)
 
     assert [r.tool_use_id for r in results] == ["toolu_slow", "toolu_quick", "toolu_write", "toolu_after"]
     assert [r.observation for r in results] == ["slow done", "quick done", "write done", "after done"]

@@ -43,6 +43,7 @@ from agent_core.governance.policy import AccessPolicy
 from agent_core.run_context import RunContext
 
 if TYPE_CHECKING:
+    from agent_core.config import AgentConfig
     from agent_core.governance.audit import AuditTrail
     from agent_core.governance.budget import RowBudget
 
@@ -186,6 +187,12 @@ class SourceAccess:
 
         # Cancelling the awaiting task (a Stop) cancels the running query too.
         return await interruptible(work, query)
+
+
+def source_access(config: AgentConfig, audit: AuditTrail | None) -> SourceAccess:
+    """The process's one governed path to the configured sources: their access policy, the
+    audit trail and the daily row budget it keeps (none without ``audit``)."""
+    return SourceAccess(config.datasources, config.access_policy, audit)
 
 
 class _Attempt:

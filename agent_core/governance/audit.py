@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import async_sessionmaker
     from sqlmodel.ext.asyncio.session import AsyncSession
 
+    from agent_core.config import AgentConfig
     from agent_core.governance.budget import RowBudget
 
 DEFAULT_LIST_LIMIT = 100
@@ -113,6 +114,14 @@ class AuditTrail:
         except (SQLAlchemyError, OSError) as exc:
             # The statement's values stay out of the log (the engines hide parameters).
             raise AuditUnavailable(WRITE_FAILED) from exc
+
+
+def audit_trail(config: AgentConfig, sessions: async_sessionmaker[AsyncSession]) -> AuditTrail | None:
+    """The data-access audit trail in the service database (None without data sources: the
+    demo data and uploads are the conversation's own, not audited)."""
+    if not config.datasources:
+        return None
+    return AuditTrail(sessions, daily_rows=config.user_daily_rows)
 
 
 async def read_audit(

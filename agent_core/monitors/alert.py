@@ -22,7 +22,7 @@ from agent_core.run_context import RunContext
 from agent_core.toolkit.protocol import ToolError
 
 if TYPE_CHECKING:
-    from agent_core.tools.metric_cubes import MetricCubes
+    from agent_core.semantic.cubes import MetricCubes
 
 MAX_FACTS = 5
 MAX_CAUSES = 3

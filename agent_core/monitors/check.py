@@ -1,7 +1,7 @@
 """One run of a monitor: read the metric's series up to the latest complete period and judge
 that period causally, from earlier points only.
 
-The metric is read in its own database (push-down, `agent_core.tools.metric_cubes`), once in
+The metric is read in its own database (push-down, `agent_core.semantic.cubes`), once in
 total and, with dimensions, once per value of the first one, with the creator's permissions.
 The detector (`agent_core.analytics.anomaly`) is causal, so the verdict on a period never
 depends on later data: the period is anomalous when an episode covers it.
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from agent_core.analytics.anomaly import AnomalyEvent
-    from agent_core.tools.metric_cubes import MetricCubes
+    from agent_core.semantic.cubes import MetricCubes
 
 # History read before the judged period: enough for the detector to learn weekly (and, for
 # weekly monitors, yearly) patterns, little enough to stay one small aggregate.
@@ -82,7 +82,7 @@ class Evaluation:
 
 async def evaluate(monitor: MonitorSpec, fire_time: datetime, cubes: MetricCubes, ctx: RunContext) -> Evaluation | None:
     """Judge the latest complete period; None while the source has no value for it yet."""
-    from agent_core.tools.metric_cubes import series_query, time_column
+    from agent_core.semantic.cubes import series_query, time_column
 
     period = judged_period(fire_time, monitor.timezone, monitor.grain)
     first = period.start - HISTORY[monitor.grain]

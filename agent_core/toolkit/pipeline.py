@@ -46,7 +46,7 @@ from agent_core.toolkit.levels import (
     decide_output_level,
     parse_output_level,
 )
-from agent_core.toolkit.protocol import Tool, ToolError, ToolResult, error_observation
+from agent_core.toolkit.protocol import NotedResult, Tool, ToolError, ToolResult, error_observation
 from agent_core.toolkit.resilience import CircuitBreaker
 from agent_core.toolkit.storage import DataFileStore, StoredFile
 from agent_core.units import human_size
@@ -278,9 +278,7 @@ class ToolPipeline:
         shape, data = await asyncio.to_thread(_prepare, raw)
         large = len(data.content) > config.file_threshold_bytes
         forced_brief = decision.source is LevelSource.CONTEXT
-        # A result may carry a note for the asker (the access policy limited it: sql_query).
-        access_note = getattr(raw, "access_note", None)
-        notes: list[str] = [access_note] if isinstance(access_note, str) else []
+        notes: list[str] = [raw.access_note] if isinstance(raw, NotedResult) and raw.access_note else []
         if forced_brief:
             notes.append(f"(Shown briefly: the conversation's context is {ctx.turn.context_fill:.0%} full.)")
         full_inline = not large and estimate_tokens(data.text) <= config.full_inline_tokens

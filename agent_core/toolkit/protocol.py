@@ -20,7 +20,7 @@ from agent_core.toolkit.formatting import ErrorType
 from agent_core.toolkit.levels import OUTPUT_LEVEL_FIELD, LevelSource, OutputLevel, output_level_schema
 from agent_core.toolkit.resilience import RetryPolicy
 
-__all__ = ["ErrorType", "Tool", "ToolError", "ToolResult", "error_observation"]
+__all__ = ["ErrorType", "NotedResult", "Tool", "ToolError", "ToolResult", "error_observation"]
 
 
 class ToolError(Exception):
@@ -65,6 +65,13 @@ class ToolResult(BaseModel):
     size_bytes: int = 0  # size of the complete data, serialized
     data_hash: str | None = None  # SHA-256 of the stored data
     evicted: bool = False  # the observation was replaced by a head+tail preview
+
+
+class NotedResult(BaseModel):
+    """Raw data a tool returns with a note for the asker: the pipeline puts ``access_note``
+    (how the access policy limited the data) in the observation, for the model to pass on."""
+
+    access_note: str | None = None
 
 
 InputT = TypeVar("InputT", bound=BaseModel)

@@ -3,7 +3,7 @@
 Both read their rows either from one guarded read-only DuckDB query (the same path as
 ``sql_query``: uploads by plain name, demo data as ``demo.sales``), from a CSV/JSON file in the
 conversation's ``/data`` or ``/uploads`` area, or from a governed metric, aggregated in the
-metric's own database (push-down, `agent_core.tools.metric_cubes`: only the aggregated cube
+metric's own database (push-down, `agent_core.semantic.cubes`: only the aggregated cube
 comes back). They return the core's pydantic result unformatted; the tool pipeline decides how
 much of it the model sees. Parsing and the statistics run in a worker thread, so a large series
 never blocks the event loop.
@@ -21,11 +21,12 @@ from pydantic import BaseModel, Field, model_validator
 
 from agent_core.analytics.inputs import Period, Sensitivity
 from agent_core.run_context import RunContext
+from agent_core.semantic.metric_inputs import MetricInputs
 from agent_core.semantic.model import Grain
+from agent_core.toolkit.files import decode_text, file_suffix, read_data_file
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
-from agent_core.tools.data_files import decode_text, file_suffix, read_data_file
-from agent_core.tools.metric_inputs import MetricInputs
-from agent_core.tools.sql import MAX_SQL_CHARS, query_conversation_data
+from agent_core.toolkit.queries import query_conversation_data
+from agent_core.tools.sql import MAX_SQL_CHARS
 
 if TYPE_CHECKING:  # pandas and the analytics core load when a tool first runs
     import pandas as pd
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # pandas and the analytics core load when a tool first runs
     from agent_core.analytics.attribution import AttributionResult
     from agent_core.data.duckdb_engine import QueryResult
     from agent_core.toolkit.approval_gate import PlannedQuery
+    from agent_core.toolkit.deps import ToolDeps
 
 MAX_INPUT_ROWS = 200_000
 MAX_INPUT_BYTES = 100 * 1024 * 1024  # of query values, and of a data file
@@ -49,6 +51,10 @@ _FILE_HELP = (
     "A CSV/TSV or JSON file under /data or /uploads with a header row (CSV) or a list of "
     "objects (JSON), e.g. the /data file a large sql_query result was saved to."
 )
+
+
+def build(deps: ToolDeps) -> list[Tool]:
+    return [DetectAnomaliesTool(deps.config, deps.access), AttributeChangeTool(deps.config, deps.access)]
 
 
 # --- loading rows ----------------------------------------------------------------------------
@@ -253,7 +259,7 @@ class DetectAnomaliesTool(MetricInputs, Tool[DetectAnomaliesInput]):
         """What a metric call would run on a configured source (the approval gate asks this)."""
         if args.metric is None:
             return None
-        from agent_core.tools.metric_cubes import series_query
+        from agent_core.semantic.cubes import series_query
 
         try:
             query = series_query(args.metric, **_series(args))
@@ -263,7 +269,7 @@ class DetectAnomaliesTool(MetricInputs, Tool[DetectAnomaliesInput]):
 
     async def _run_on_metric(self, args: DetectAnomaliesInput, metric: str, ctx: RunContext) -> AnomalyReport:
         from agent_core.analytics.anomaly import detect_anomalies
-        from agent_core.tools.metric_cubes import MetricAnomalyReport, series_query, time_column
+        from agent_core.semantic.cubes import MetricAnomalyReport, series_query, time_column
 
         query = series_query(metric, **_series(args))
         frame, computed = await self._cubes().series(ctx, metric, args.source, query, max_rows=MAX_INPUT_ROWS)

@@ -1,5 +1,5 @@
 """`make_chart`: a PNG chart from a SQL query, a data file or governed metrics (computed in their
-own database, see `agent_core.tools.metric_cubes`), posted into the conversation.
+own database, see `agent_core.semantic.cubes`), posted into the conversation.
 
 The drawing itself lives in `agent_core.charts` and is imported on the first chart, so the
 tool set loads without matplotlib.
@@ -22,16 +22,20 @@ from agent_core.charts.spec import HEIGHT_PX, MAX_CHART_ROWS, WIDTH_PX, ChartTyp
 from agent_core.i18n import t
 from agent_core.messages import OutboundFile
 from agent_core.run_context import RunContext
-from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
-from agent_core.tools.data_files import decode_text, file_suffix, read_data_file
-from agent_core.tools.files import conversation_workspace, workspace_errors
-from agent_core.tools.metric_inputs import MetricInputs
-from agent_core.tools.sql import query_conversation_data
+from agent_core.semantic.metric_inputs import MetricInputs
+from agent_core.toolkit.files import conversation_workspace, decode_text, file_suffix, read_data_file, workspace_errors
+from agent_core.toolkit.protocol import ErrorType, NotedResult, Tool, ToolError
+from agent_core.toolkit.queries import query_conversation_data
 
 if TYPE_CHECKING:
     from agent_core.toolkit.approval_gate import PlannedQuery
+    from agent_core.toolkit.deps import ToolDeps
 
 MAX_DATA_FILE_BYTES = 20 * 1024 * 1024
+
+
+def build(deps: ToolDeps) -> list[Tool]:
+    return [MakeChartTool(deps.config, deps.access)]
 
 
 # --- result ----------------------------------------------------------------------------------
@@ -43,7 +47,7 @@ class ChartSeries(BaseModel):
     points: int  # values actually drawn (missing ones are skipped)
 
 
-class ChartResult(BaseModel):
+class ChartResult(NotedResult):
     """What was drawn; the PNG itself and the CSV of its data are posted to the conversation."""
 
     path: str  # virtual path in the workspace, e.g. /charts/daily-gmv-3f2a9c1b0d.png

@@ -22,7 +22,8 @@ from pydantic import BaseModel, Field
 from sqlglot import exp
 
 from agent_core.config import SQL_DIALECTS
-from agent_core.data.access import SourceAccess
+from agent_core.data.access import DEFAULT_QUERY_TIMEOUT_S, SourceAccess, SourceQueryResult
+from agent_core.data.conversation import conversation_database, demo_database
 from agent_core.data.demo import DEMO_CATALOG
 from agent_core.data.duckdb_engine import TableInfo, describe_table, list_tables
 from agent_core.data.errors import DataError, TableNotFound
@@ -32,13 +33,9 @@ from agent_core.governance.enforce import is_source_open
 from agent_core.governance.policy import AccessPolicy
 from agent_core.run_context import RunContext
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
-from agent_core.tools.sql import (
-    DEFAULT_QUERY_TIMEOUT_S,
-    SourceQueryResult,
+from agent_core.toolkit.queries import (
     allowed_source,
-    conversation_database,
     data_errors,
-    demo_database,
     open_source,
     require_open_source,
     usable_sources,
@@ -47,6 +44,7 @@ from agent_core.tools.sql import (
 if TYPE_CHECKING:  # database drivers load only when a source is described
     from agent_core.data.sources import SourceTableDescription
     from agent_core.governance.audit import AuditTrail
+    from agent_core.toolkit.deps import ToolDeps
 
 MAX_SOURCE_TABLES = 300
 _SAMPLE_ROWS = 5
@@ -57,6 +55,14 @@ _RANGE_TYPE = re.compile(
     re.IGNORECASE,
 )
 
+
+
+def build(deps: ToolDeps) -> list[Tool]:
+    config = deps.config
+    return [
+        ListTablesTool(config.datasources, access_policy=config.access_policy),
+        DescribeTableTool(config.datasources, access_policy=config.access_policy, access=deps.access),
+    ]
 
 
 # --- results ---------------------------------------------------------------------------------

@@ -8,62 +8,27 @@ error types so the model knows whether to fix the call or give up.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from agent_core.run_context import RunContext, RunDeps
+from agent_core.run_context import RunContext
+from agent_core.toolkit.files import conversation_workspace, workspace_errors
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 from agent_core.workspace import (
-    EditConflict,
-    FileAlreadyExists,
     FileInfo,
-    FileNotFound,
-    FileTooLarge,
     GrepMatch,
-    InvalidArgument,
-    NotAFile,
-    NotTextFile,
-    PathNotAllowed,
-    WorkspaceBackend,
-    WorkspaceError,
     normalize_virtual_path,
-    workspace_for,
 )
+
+if TYPE_CHECKING:
+    from agent_core.toolkit.deps import ToolDeps
 
 MAX_WRITE_CHARS = 1_000_000
 READ_ONLY_AREA = "/uploads"
 
-# Most specific first: the first matching class decides the error type.
-_ERROR_TYPES: tuple[tuple[type[WorkspaceError], ErrorType], ...] = (
-    (PathNotAllowed, ErrorType.PERMISSION_DENIED),
-    (FileTooLarge, ErrorType.RESOURCE_ERROR),
-    (FileNotFound, ErrorType.INVALID_PARAMETERS),
-    (FileAlreadyExists, ErrorType.INVALID_PARAMETERS),
-    (NotAFile, ErrorType.INVALID_PARAMETERS),
-    (NotTextFile, ErrorType.INVALID_PARAMETERS),
-    (EditConflict, ErrorType.INVALID_PARAMETERS),
-    (InvalidArgument, ErrorType.INVALID_PARAMETERS),
-)
-
-
-@contextmanager
-def workspace_errors() -> Iterator[None]:
-    """Re-raise workspace errors as ToolErrors (their messages only name virtual paths)."""
-    try:
-        yield
-    except WorkspaceError as exc:
-        error_type = next(
-            (kind for cls, kind in _ERROR_TYPES if isinstance(exc, cls)), ErrorType.EXECUTION_ERROR
-        )
-        raise ToolError(str(exc), error_type) from exc
-
-
-def conversation_workspace(deps: RunDeps) -> WorkspaceBackend:
-    """The workspace of the conversation a tool runs in."""
-    return workspace_for(deps.data_dir, deps.thread_id)
+def build(deps: ToolDeps) -> list[Tool]:
+    return [LsTool(), ReadFileTool(), WriteFileTool(), EditFileTool(), GrepTool(), GlobTool()]
 
 
 def _ensure_writable(path: str) -> None:

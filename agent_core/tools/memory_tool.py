@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -13,6 +14,17 @@ from agent_core.memory import ConversationScope, MemoryFull, MemoryScopeName, Me
 from agent_core.memory_scope import conversation_scope
 from agent_core.run_context import MemoryInPrompt, RunContext
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
+
+if TYPE_CHECKING:
+    from agent_core.toolkit.deps import ToolDeps
+
+
+def build(deps: ToolDeps) -> list[Tool]:
+    """`memory` keeps its facts in ``deps.memory`` and reads the conversation's scope from the
+    service database: without both, it is not offered."""
+    if deps.memory is None or deps.sessions is None:
+        return []
+    return [MemoryTool(deps.memory, deps.sessions)]
 
 
 class MemoryInput(BaseModel):

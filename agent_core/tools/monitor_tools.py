@@ -158,10 +158,10 @@ class CreateMonitorTool(Tool[CreateMonitorInput]):
         source in the target channel (a ToolError saying what is wrong otherwise)."""
         from dataclasses import replace
 
+        from agent_core.semantic.catalog import MetricCatalog
         from agent_core.semantic.compiler import compile_metric_query
         from agent_core.semantic.errors import MetricQueryError
         from agent_core.semantic.pushdown import metric_query
-        from agent_core.tools.metric_tools import MetricCatalog
 
         in_target = replace(ctx, channel=monitor.channel)
         semantics = MetricCatalog(self._config).source_for([monitor.metric], monitor.source, in_target)

@@ -13,17 +13,20 @@ import math
 import re
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from agent_core.messages import OutboundFile
 from agent_core.run_context import RunContext
+from agent_core.toolkit.files import conversation_workspace, workspace_errors
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
+from agent_core.toolkit.queries import query_conversation_data
 from agent_core.tools.charts import slugify
-from agent_core.tools.files import conversation_workspace, workspace_errors
-from agent_core.tools.sql import query_conversation_data
 from agent_core.workspace import FileAlreadyExists, WorkspaceBackend, normalize_virtual_path
+
+if TYPE_CHECKING:
+    from agent_core.toolkit.deps import ToolDeps
 
 MAX_TABLE_ROWS = 200
 SUMMARY_CHARS = 300
@@ -59,6 +62,10 @@ _HEADINGS: dict[Language, dict[str, str]] = {
 
 
 # --- input -----------------------------------------------------------------------------------
+
+
+def build(deps: ToolDeps) -> list[Tool]:
+    return [GenerateReportTool()]
 
 
 class ReportTable(BaseModel):

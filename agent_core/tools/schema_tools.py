@@ -7,7 +7,7 @@ their tables only what that audience may read (`agent_core.governance.catalog_ac
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -23,7 +23,18 @@ from agent_core.governance.enforce import is_source_open
 from agent_core.governance.policy import AccessPolicy
 from agent_core.run_context import RunContext
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
-from agent_core.tools.sql import usable_sources
+from agent_core.toolkit.queries import usable_sources
+
+if TYPE_CHECKING:
+    from agent_core.toolkit.deps import ToolDeps
+
+
+def build(deps: ToolDeps) -> list[Tool]:
+    """`search_schema` searches the sources' catalog kept in the service database: without
+    either, there is nothing to search."""
+    if deps.sessions is None or not deps.config.datasources:
+        return []
+    return [search_schema_tool(deps.config, deps.sessions)]
 
 
 def search_schema_tool(config: AgentConfig, sessions: async_sessionmaker[AsyncSession]) -> SearchSchemaTool:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, Field
 
 from agent_core.run_context import RunContext
 from agent_core.skills.loader import SkillCatalog
 from agent_core.skills.model import SkillActivationError, SkillNotFound, SkillStackError
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
+
+if TYPE_CHECKING:
+    from agent_core.toolkit.deps import ToolDeps
 
 
 class ActivateSkillInput(BaseModel):
@@ -76,5 +81,8 @@ class ReadSkillFileTool(Tool[ReadSkillFileInput]):
             raise ToolError(str(exc), ErrorType.INVALID_PARAMETERS) from exc
 
 
-def skill_tools(catalog: SkillCatalog) -> list[Tool]:
-    return [ActivateSkillTool(catalog), FinishSkillTool(), ReadSkillFileTool(catalog)]
+def build(deps: ToolDeps) -> list[Tool]:
+    """The skill tools over ``deps.skills`` (none without a skill catalog)."""
+    if deps.skills is None:
+        return []
+    return [ActivateSkillTool(deps.skills), FinishSkillTool(), ReadSkillFileTool(deps.skills)]

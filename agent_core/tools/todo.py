@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, Field
 
 from agent_core.run_context import RunContext
 from agent_core.state import Todo, TodoStatus
 from agent_core.toolkit.protocol import Tool
 
+if TYPE_CHECKING:
+    from agent_core.toolkit.deps import ToolDeps
+
 MAX_TODOS = 30
+
+
+def build(deps: ToolDeps) -> list[Tool]:
+    return [TodoTool()]
 
 
 class TodoItem(BaseModel):

@@ -39,7 +39,7 @@ def register(commands: Any) -> None:
 
 
 def _list(_args: argparse.Namespace) -> int:
-    from agent_core.tools.metric_tools import MetricCatalog, metric_summaries
+    from agent_core.semantic.catalog import MetricCatalog, metric_summaries
 
     settings = load_settings()
     verify_semantic_layer(settings)
@@ -56,12 +56,14 @@ def _list(_args: argparse.Namespace) -> int:
 def _query(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from agent_core.data.access import source_access
     from agent_core.data.demo import demo_database_path, ensure_demo_database
     from agent_core.messages import new_id
     from agent_core.run_context import RunContext
+    from agent_core.semantic.catalog import MetricCatalog, MetricQueryResult, run_metric_query
+    from agent_core.semantic.query import MetricQuery, SourcedMetricQuery
     from agent_core.toolkit.pipeline import validation_message
     from agent_core.toolkit.protocol import ToolError
-    from agent_core.tools.metric_tools import MetricQueryResult, QueryMetricInput, QueryMetricTool
     from gateway.cli.tool_run import service_audit
 
     settings = load_settings()
@@ -78,7 +80,7 @@ def _query(args: argparse.Namespace) -> int:
         "source": args.source,
     }
     try:
-        query = QueryMetricInput.model_validate({k: v for k, v in raw.items() if v not in (None, [])})
+        query = SourcedMetricQuery.model_validate({k: v for k, v in raw.items() if v not in (None, [])})
     except ValidationError as exc:
         print(f"ba-agent: invalid metric query: {validation_message(exc)}", file=sys.stderr)
         return 2
@@ -87,11 +89,12 @@ def _query(args: argparse.Namespace) -> int:
         thread_id="cli", data_dir=settings.data_dir, channel="cli", user="operator", tool_call_id=f"cli_{new_id()}"
     )
 
-    async def run_query(metric_query: QueryMetricInput) -> MetricQueryResult:
+    async def run_query(metric_query: SourcedMetricQuery) -> MetricQueryResult:
         async with service_audit(settings) as audit:  # recorded like any read of a source
-            from agent_core.tools.catalog import source_access
-
-            return await QueryMetricTool(settings, source_access(settings, audit)).run(metric_query, ctx)
+            catalog = MetricCatalog(settings, source_access(settings, audit))
+            semantics = catalog.source_for(metric_query.metrics, metric_query.source, ctx)
+            plain = MetricQuery.model_validate(metric_query.model_dump(exclude={"source"}))
+            return await run_metric_query(catalog, semantics, plain, ctx)
 
     try:
         result = asyncio.run(run_query(query))

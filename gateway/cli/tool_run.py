@@ -22,9 +22,10 @@ from pydantic import BaseModel, ValidationError
 
 from agent_core.messages import new_id
 from agent_core.run_context import ChatOrigin, RunContext
+from agent_core.toolkit.deps import ToolDeps
 from agent_core.toolkit.pipeline import validation_message
 from agent_core.toolkit.protocol import ToolError
-from agent_core.tools.catalog import STANDARD_TOOLS, audit_trail, build_tool
+from agent_core.tools.standard import STANDARD_TOOLS, build_tool, standard_tools
 from agent_core.workspace.local import use_object_storage
 from gateway.config import Settings
 
@@ -32,10 +33,10 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import async_sessionmaker
     from sqlmodel.ext.asyncio.session import AsyncSession
 
+    from agent_core.data.access import SourceAccess
     from agent_core.governance.audit import AuditTrail
-    from agent_core.toolkit.protocol import Tool
 
-SEARCH_SCHEMA = "search_schema"  # built with the service database, beside the standard tools
+SEARCH_SCHEMA = "search_schema"  # built with the service database, beside the other tools
 
 
 def _jsonable(raw: Any) -> Any:
@@ -68,13 +69,12 @@ async def run_tool(
     if name == SEARCH_SCHEMA and not settings.datasources:
         print(f"ba-agent: {SEARCH_SCHEMA} searches the data sources' catalog: set BA_DATASOURCES", file=sys.stderr)
         return 2
-    if name != SEARCH_SCHEMA and all(entry.name != name for entry in STANDARD_TOOLS):
-        names = ", ".join(sorted([SEARCH_SCHEMA, *(entry.name for entry in STANDARD_TOOLS)]))
-        print(f"ba-agent: unknown tool {name!r} (tools: {names})", file=sys.stderr)
+    if name not in STANDARD_TOOLS:
+        print(f"ba-agent: unknown tool {name!r} (tools: {', '.join(sorted(STANDARD_TOOLS))})", file=sys.stderr)
         return 2
     use_object_storage(settings.workspace_url, settings.s3_endpoint_url)
     async with service_audit(settings) as audit, service_sessions(settings, name == SEARCH_SCHEMA) as sessions:
-        tool = _schema_tool(settings, sessions) if name == SEARCH_SCHEMA else build_tool(settings, name, audit)
+        tool = build_tool(ToolDeps(settings, sessions, _governed(settings, audit)), name)
         assert tool is not None
         with collecting_new_garbage():
             try:
@@ -98,9 +98,7 @@ def list_tools(settings: Settings, as_json: bool) -> int:
     """`ba-agent tool list`: each tool `tool run` knows (`search_schema` once data sources are
     configured): its name, what it does and its input fields (the JSON schema the model is
     given, with ``--json``)."""
-    specs = [entry.build(settings).spec() for entry in STANDARD_TOOLS]
-    if settings.datasources:
-        specs.append(asyncio.run(_schema_tool_spec(settings)))
+    specs = asyncio.run(_tool_specs(settings))
     if as_json:
         print(json.dumps(specs, ensure_ascii=False, indent=2))
         return 0
@@ -143,17 +141,19 @@ def collecting_new_garbage() -> Iterator[None]:
         gc.unfreeze()
 
 
-async def _schema_tool_spec(settings: Settings) -> dict[str, Any]:
+def _governed(settings: Settings, audit: AuditTrail | None) -> SourceAccess | None:
+    """The governed path to the sources, audited in the service database (None without data
+    sources: nothing to govern, and the policy machinery stays unloaded)."""
+    if audit is None:
+        return None
+    from agent_core.data.access import source_access
+
+    return source_access(settings, audit)
+
+
+async def _tool_specs(settings: Settings) -> list[dict[str, Any]]:
     async with service_sessions(settings, True) as sessions:  # built, never queried
-        return _schema_tool(settings, sessions).spec()
-
-
-def _schema_tool(settings: Settings, sessions: async_sessionmaker[AsyncSession] | None) -> Tool:
-    """`search_schema`: built over the catalog in the service database, as in a chat."""
-    from agent_core.tools.schema_tools import search_schema_tool
-
-    assert sessions is not None  # data sources are configured
-    return search_schema_tool(settings, sessions)
+        return [tool.spec() for tool in standard_tools(ToolDeps(settings, sessions))]
 
 
 @asynccontextmanager
@@ -183,6 +183,7 @@ async def service_audit(settings: Settings) -> AsyncIterator[AuditTrail | None]:
     if not settings.datasources:
         yield None
         return
+    from agent_core.governance.audit import audit_trail
     from agent_core.store.db import create_engine, session_factory
     from gateway.migrate_check import is_current
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import async_sessionmaker
     from sqlmodel.ext.asyncio.session import AsyncSession
 
-    from agent_core.tools.metric_cubes import MetricCubes
+    from agent_core.semantic.cubes import MetricCubes
 
 log = logging.getLogger(__name__)
 
@@ -152,9 +152,10 @@ class MonitorRunner:
 
     async def _metric_cubes(self) -> MetricCubes:
         if self._cubes is None:
+            from agent_core.data.access import source_access
             from agent_core.data.demo import demo_database_path, ensure_demo_database
-            from agent_core.tools.catalog import audit_trail, source_access
-            from agent_core.tools.metric_cubes import MetricCubes
+            from agent_core.governance.audit import audit_trail
+            from agent_core.semantic.cubes import MetricCubes
 
             # The demo metrics read the demo database, which a process without the agent's
             # tools (no model configured) has not built.

@@ -8,12 +8,12 @@ import logging
 
 from adapters.base import Responder
 from adapters.download import AttachmentError
+from agent_core.data.conversation import TABLES_FILE
 from agent_core.data.errors import UnsupportedUploadType, UploadError
 from agent_core.data.ingest import LoadedTable, load_upload, tables_of_file
 from agent_core.data.upload_limits import UploadLimits
 from agent_core.messages import InboundMessage
 from agent_core.run_context import RunDeps
-from agent_core.tools.sql import TABLES_FILE
 from agent_core.workspace.backend import WorkspaceError, sanitize_filename
 from agent_core.workspace.local import workspace_for
 

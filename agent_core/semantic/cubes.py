@@ -1,9 +1,10 @@
-"""Governed metrics as the input of `detect_anomalies`, `attribute_change` and `make_chart`.
+"""Governed metrics as the input of `detect_anomalies`, `attribute_change`, `make_chart` and monitor
+runs.
 
 The aggregation runs in the metric's source (push-down): one compiled metric query per call —
 a series at a grain, the leaf cube of two periods side by side (`agent_core.semantic.pushdown`),
 or a plain metric query for a chart — through the same guarded, access-controlled path as
-`query_metric` (:func:`~agent_core.tools.metric_tools.run_metric_query`). Only that aggregated
+`query_metric` (:func:`~agent_core.semantic.catalog.run_metric_query`). Only that aggregated
 cube comes back, never the raw rows. Imported on a tool's first metric call (it loads pandas and
 the analytics core).
 """
@@ -22,12 +23,13 @@ from agent_core.analytics.attribution import AttributionResult, attribute_period
 from agent_core.analytics.inputs import Period
 from agent_core.config import AgentConfig
 from agent_core.run_context import RunContext
+from agent_core.semantic.catalog import MetricCatalog, MetricQueryResult, run_metric_query
 from agent_core.semantic.errors import MetricQueryError, UnsafeFilterError
 from agent_core.semantic.model import METRIC_TIME, Grain, SourceSemantics
 from agent_core.semantic.pushdown import PeriodComparison, metric_query, period_comparison
 from agent_core.semantic.query import MetricQuery, SourcedMetricQuery
 from agent_core.toolkit.protocol import ErrorType, ToolError
-from agent_core.tools.metric_tools import MetricCatalog, MetricQueryResult, run_metric_query
+from agent_core.toolkit.queries import plan_source_query
 
 if TYPE_CHECKING:
     from agent_core.data.access import SourceAccess
@@ -151,7 +153,6 @@ class MetricCubes:
         self, ctx: RunContext, metrics: list[str], source: str | None, build: Callable[[SourceSemantics], _Compiled]
     ) -> PlannedQuery | None:
         from agent_core.semantic.compiler import compile_metric_query
-        from agent_core.tools.sql import plan_source_query
 
         try:
             semantics, query = build(self._semantics(metrics, source, ctx))

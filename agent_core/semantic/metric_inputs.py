@@ -12,7 +12,7 @@ from agent_core.config import AgentConfig
 
 if TYPE_CHECKING:
     from agent_core.data.access import SourceAccess
-    from agent_core.tools.metric_cubes import MetricCubes
+    from agent_core.semantic.cubes import MetricCubes
 
 
 class MetricInputs:
@@ -28,7 +28,7 @@ class MetricInputs:
 
     def _cubes(self) -> MetricCubes:
         if self._metric_cubes is None:
-            from agent_core.tools.metric_cubes import MetricCubes
+            from agent_core.semantic.cubes import MetricCubes
 
             self._metric_cubes = MetricCubes(self._config, self._access, tool=self.name)
         return self._metric_cubes
