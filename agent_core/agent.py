@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import anthropic
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -31,10 +29,9 @@ from agent_core.tokens.budget import check_budget
 from agent_core.tokens.estimate import TokenCounter, shared_cl100k
 from agent_core.tokens.prices import ModelTable
 from agent_core.toolkit.approval_gate import ApprovalGate
-from agent_core.toolkit.deps import ToolDeps
+from agent_core.toolkit.deps import ScheduledWork, ToolDeps
 from agent_core.toolkit.pipeline import ToolPipeline
-from agent_core.toolkit.protocol import Tool
-from agent_core.tools import memory_tool, skill_tools, todo
+from agent_core.tools import memory_tool, monitor_tools, schedule_tools, skill_tools, todo
 from agent_core.tools.standard import default_tools, tools_prompt_section
 from agent_core.tracing import TracingHook
 from agent_core.workspace.local import use_object_storage
@@ -44,7 +41,7 @@ def build_agent(
     config: AgentConfig,
     store: ThreadStore,
     sessions: async_sessionmaker[AsyncSession],
-    extra_tools: Sequence[Tool] = (),
+    scheduled: ScheduledWork | None = None,
 ) -> AgentLoop:
     """An agent loop on the Anthropic Messages API with the standard tools, skills and hooks."""
     use_object_storage(config.workspace_url, config.s3_endpoint_url)
@@ -57,10 +54,9 @@ def build_agent(
     model = ModelClient(client, config.model, config.max_tokens)
     catalog = load_skill_catalog(config.skills_dir)
     memory = MemoryStore(config.data_dir / "memory")
-    deps = ToolDeps.of(config, sessions, skills=catalog, memory=memory)
-    tools = ToolPipeline(
-        [*default_tools(deps), *todo.build(deps), *skill_tools.build(deps), *memory_tool.build(deps), *extra_tools]
-    )
+    deps = ToolDeps.of(config, sessions, skills=catalog, memory=memory, scheduled=scheduled)
+    conversation_tools = (todo, skill_tools, memory_tool, schedule_tools, monitor_tools)
+    tools = ToolPipeline([*default_tools(deps), *(tool for module in conversation_tools for tool in module.build(deps))])
     models = ModelTable()
     usage = UsageHook(models)
     telemetry = TelemetryHook(sessions)

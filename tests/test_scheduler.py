@@ -23,15 +23,19 @@ from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agent_core.config import AgentConfig
 from agent_core.messages import InboundMessage, OutboundReply, ThreadKey, utcnow
+from agent_core.monitors.store import MonitorStore
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.schedules.model import NewSchedule, Schedule
 from agent_core.schedules.store import ScheduleStore
 from agent_core.store.db import create_engine, session_factory
 from agent_core.store.tables import ThreadRow
 from agent_core.store.threads import ThreadStore
+from agent_core.toolkit.deps import ScheduledWork, ToolDeps
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.toolkit.protocol import ErrorType, ToolError
+from agent_core.tools import schedule_tools
 from agent_core.tools.schedule_tools import (
     CancelScheduleInput,
     CancelScheduleTool,
@@ -40,7 +44,6 @@ from agent_core.tools.schedule_tools import (
     ScheduleInfo,
     ScheduleReportInput,
     ScheduleReportTool,
-    schedule_tools,
 )
 from gateway.jobs.cleanup import CleanupConfig, cleanup_data_files
 from gateway.jobs.cron import latest_fire_time
@@ -619,10 +622,11 @@ async def test_the_idle_job_flags_conversations_idle_for_long(database_url: str,
         assert not (await store.load_state(busy)).refocus.idle_resume
 
 
-def test_schedule_tools_register_with_valid_specs(store: ScheduleStore) -> None:
-    registry = ToolPipeline(schedule_tools(store, admins=["ADMIN"]))
-    assert registry.names == ["schedule_report", "list_schedules", "cancel_schedule"]
-    for spec in registry.specs():
+def test_schedule_tools_register_with_valid_specs(engine: AsyncEngine, store: ScheduleStore) -> None:
+    work = ScheduledWork(store, MonitorStore(session_factory(engine)), admins=frozenset({"ADMIN"}))
+    pipeline = ToolPipeline(schedule_tools.build(ToolDeps(AgentConfig(), scheduled=work)))
+    assert pipeline.names == ["schedule_report", "list_schedules", "cancel_schedule"]
+    for spec in pipeline.specs():
         assert spec["input_schema"]["type"] == "object"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -12,8 +13,31 @@ if TYPE_CHECKING:
     from agent_core.config import AgentConfig
     from agent_core.data.access import SourceAccess
     from agent_core.memory import MemoryStore
+    from agent_core.monitors.store import MonitorStore
+    from agent_core.schedules.store import ScheduleStore
     from agent_core.skills.loader import SkillCatalog
     from agent_core.toolkit.protocol import Tool
+
+
+OnChange = Callable[[], Awaitable[None]]
+DmAddress = Callable[[str, str], str | None]  # (platform, user) → the DM's channel, if addressable
+
+
+@dataclass(frozen=True)
+class ScheduledWork:
+    """What the scheduling and monitor tools need from the process that runs the schedules.
+
+    ``dm_address(platform, user)`` is the channel of `user`'s DM where the platform can address
+    one by user (the platform's responder knows); the ``on_*_change`` callbacks let the running
+    scheduler pick up what a conversation created or cancelled.
+    """
+
+    schedules: ScheduleStore
+    monitors: MonitorStore
+    admins: frozenset[str] = frozenset()
+    dm_address: DmAddress = lambda _platform, _user: None
+    on_schedules_change: OnChange | None = None
+    on_monitors_change: OnChange | None = None
 
 
 @dataclass(frozen=True)
@@ -32,6 +56,8 @@ class ToolDeps:
     access: SourceAccess | None = None
     skills: SkillCatalog | None = None
     memory: MemoryStore | None = None
+    # Schedules and monitors, where a running service keeps them (None: no such tools).
+    scheduled: ScheduledWork | None = None
 
     @classmethod
     def of(
@@ -41,6 +67,7 @@ class ToolDeps:
         *,
         skills: SkillCatalog | None = None,
         memory: MemoryStore | None = None,
+        scheduled: ScheduledWork | None = None,
     ) -> ToolDeps:
         """Dependencies whose governed tools share one `SourceAccess`: limited and audited in
         the service database when there is one (``sessions``) and data sources are configured."""
@@ -48,7 +75,7 @@ class ToolDeps:
         from agent_core.governance.audit import audit_trail
 
         audit = audit_trail(config, sessions) if sessions is not None else None
-        return cls(config, sessions, source_access(config, audit), skills, memory)
+        return cls(config, sessions, source_access(config, audit), skills, memory, scheduled)
 
 
 class ToolModule(Protocol):

@@ -9,7 +9,7 @@ alerts, checked when it is created and at every run.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
@@ -28,10 +28,10 @@ from agent_core.monitors.model import (
 from agent_core.monitors.store import MonitorStore
 from agent_core.run_context import RunContext
 from agent_core.schedules.model import next_fire_times, parse_schedule
+from agent_core.toolkit.deps import OnChange, ToolDeps
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 from agent_core.tools.schedule_tools import ConversationOrigin, checked_schedule
 
-OnChange = Callable[[], Awaitable[None]]
 # A Slack channel reference as the model may copy it from a message: <#C0123|sales-ops>.
 _CHANNEL_LINK = re.compile(r"^<#([A-Z0-9]+)(\|[^>]*)?>$")
 
@@ -272,12 +272,14 @@ class DeleteMonitorTool(Tool[DeleteMonitorInput]):
         return DeleteResult(deleted=args.name)
 
 
-def monitor_tools(
-    store: MonitorStore, config: AgentConfig, admins: Iterable[str] = (), *, on_change: OnChange | None = None
-) -> list[Tool]:
-    """The three monitor tools, sharing one store, admin list and change callback."""
+def build(deps: ToolDeps) -> list[Tool]:
+    """The three monitor tools, sharing one store, admin list and change callback (none
+    without the scheduled work of a running service)."""
+    work = deps.scheduled
+    if work is None:
+        return []
     return [
-        CreateMonitorTool(store, config, on_change=on_change),
-        ListMonitorsTool(store),
-        DeleteMonitorTool(store, admins, on_change=on_change),
+        CreateMonitorTool(work.monitors, deps.config, on_change=work.on_monitors_change),
+        ListMonitorsTool(work.monitors),
+        DeleteMonitorTool(work.monitors, work.admins, on_change=work.on_monitors_change),
     ]

@@ -8,7 +8,7 @@ gateway sets it as the run's ``chat`` (`agent_core.run_context.ChatOrigin`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -25,6 +25,7 @@ from agent_core.schedules.model import (
     shortest_gap,
 )
 from agent_core.schedules.store import ScheduleStore
+from agent_core.toolkit.deps import DmAddress, OnChange, ToolDeps
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 
 MAX_PROMPT_CHARS = 4000
@@ -119,8 +120,6 @@ class CancelResult(BaseModel):
 
 # --- tools -------------------------------------------------------------------------------------
 
-OnChange = Callable[[], Awaitable[None]]
-DmAddress = Callable[[str, str], str | None]  # (platform, user) → the DM's channel, if addressable
 
 
 class ScheduleReportInput(BaseModel):
@@ -360,22 +359,14 @@ class CancelScheduleTool(Tool[CancelScheduleInput]):
         return CancelResult(cancelled=True, schedule=ScheduleInfo.of(row, now))
 
 
-def schedule_tools(
-    store: ScheduleStore,
-    admins: Iterable[str] = (),
-    *,
-    dm_address: DmAddress = lambda _platform, _user: None,
-    on_change: OnChange | None = None,
-) -> list[Tool]:
-    """The three scheduling tools, sharing one store, admin list and change callback.
-
-    `dm_address(platform, user)` is the channel of `user`'s DM where the platform can address
-    one by user (the platform's responder knows); None restricts DM delivery to schedules made
-    inside the DM.
-    """
-    admin_ids = frozenset(admins)
+def build(deps: ToolDeps) -> list[Tool]:
+    """The three scheduling tools, sharing one store, admin list and change callback (none
+    without the scheduled work of a running service)."""
+    work = deps.scheduled
+    if work is None:
+        return []
     return [
-        ScheduleReportTool(store, dm_address=dm_address, on_change=on_change),
-        ListSchedulesTool(store, admin_ids),
-        CancelScheduleTool(store, admin_ids, on_change=on_change),
+        ScheduleReportTool(work.schedules, dm_address=work.dm_address, on_change=work.on_schedules_change),
+        ListSchedulesTool(work.schedules, work.admins),
+        CancelScheduleTool(work.schedules, work.admins, on_change=work.on_schedules_change),
     ]

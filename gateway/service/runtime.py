@@ -29,7 +29,6 @@ from agent_core.run_context import ChatOrigin, RunDeps
 from agent_core.schedules.store import ScheduleStore
 from agent_core.store.db import create_engine, session_factory, sqlite_checkpointer
 from agent_core.store.threads import ThreadStore
-from agent_core.tools.schedule_tools import schedule_tools
 from gateway.config import Settings
 from gateway.jobs.cleanup import CleanupConfig
 from gateway.jobs.monitors import MonitorJobs, MonitorRunner
@@ -96,13 +95,17 @@ class Runtime:
         if not self.settings.model_configured:
             return None
         from agent_core.agent import build_agent
-        from agent_core.tools.monitor_tools import monitor_tools
+        from agent_core.toolkit.deps import ScheduledWork
 
-        tools = schedule_tools(
-            self.schedules, self.settings.schedule_admins, dm_address=self.dm_address, on_change=self.scheduler.refresh
+        scheduled = ScheduledWork(
+            self.schedules,
+            self.monitors,
+            admins=frozenset(self.settings.schedule_admins),
+            dm_address=self.dm_address,
+            on_schedules_change=self.scheduler.refresh,
+            on_monitors_change=self.monitor_jobs.sync,
         )
-        tools += monitor_tools(self.monitors, self.settings, self.settings.schedule_admins, on_change=self.monitor_jobs.sync)
-        return build_agent(self.settings, self.store, self.sessions, extra_tools=tools)
+        return build_agent(self.settings, self.store, self.sessions, scheduled=scheduled)
 
     def dm_address(self, platform: str, user: str) -> str | None:
         responder = self.responders.get(platform)
