@@ -3,8 +3,9 @@
 A platform is a `Platform` plugin, listed once in `adapters.registry`: its name, its settings
 (`PlatformSettings`, read from environment variables with the platform's own prefix), the
 routes it receives events on, and `build`, which makes its `PlatformAdapter` — the running
-part: route handlers, an optional long-lived connection, and the `Responder` that answers. The
-gateway iterates over the registered plugins and knows none of them by name.
+part: route handlers, an optional long-lived connection, and the `Responder` that answers (with
+whichever capabilities — progress, streaming, approvals, alerts… — the platform has). The gateway
+iterates over the registered plugins and knows none of them by name.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVar, cast, runtime_checkable
 
 from pydantic import BaseModel
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -89,10 +90,35 @@ class AnswerStream(Protocol):
         """End streaming mode; the final answer follows through `Responder.deliver`."""
 
 
+# --- what a platform answers with --------------------------------------------------------------
+#
+# `Responder` is the core every platform implements: posting an answer. Everything else is a
+# capability, a small protocol a platform's responder implements when the platform can do it;
+# the gateway checks for it where it uses it (`isinstance(responder, ProgressDisplay)`) and does
+# without when it is absent. A new platform starts with `deliver` and gains the rest one at a time.
+
+
 class Responder(Protocol):
-    """Renders progress and answers back to one platform."""
+    """Posts answers to one platform: the contract every platform implements."""
 
     platform: str
+
+    async def deliver(
+        self, msg: InboundMessage, reply: OutboundReply, delivery_id: str, *, resumed: bool = False
+    ) -> None:
+        """Post the answer (its text, tables and files) in the right place.
+
+        Idempotent per `delivery_id`: `resumed` says an earlier attempt may have posted some or
+        all of it (a crash between posting and recording); nothing may then be posted twice.
+        """
+
+    async def close(self) -> None:
+        """Release what the responder holds (HTTP sessions); called once, when the gateway stops."""
+
+
+@runtime_checkable
+class ProgressDisplay(Protocol):
+    """Shows that the bot is working on a message. Without it, the answer simply arrives."""
 
     async def show_progress(self, msg: InboundMessage) -> None:
         """Tell the user at once that the bot is on it (a reaction, a status line)."""
@@ -100,24 +126,33 @@ class Responder(Protocol):
     async def show_status(self, msg: InboundMessage, status: str) -> None:
         """Update the progress line (e.g. "Running sql_query…"); best effort."""
 
-    async def open_stream(self, msg: InboundMessage, delivery_id: str) -> AnswerStream | None:
-        """Start a live answer, or None when the platform or configuration does not stream."""
-
-    async def deliver(
-        self, msg: InboundMessage, reply: OutboundReply, delivery_id: str, *, resumed: bool = False
-    ) -> None:
-        """Post the final answer in the right place.
-
-        Idempotent per `delivery_id`: `resumed` says an earlier attempt may have posted some or
-        all of it (a crash between posting and recording); nothing may then be posted twice.
-        """
-
     async def clear_progress(self, msg: InboundMessage) -> None:
         """Remove the progress indicator; best effort."""
+
+
+@runtime_checkable
+class AnswerStreaming(Protocol):
+    """Writes the answer live while the model writes it. Without it, the answer is posted when done."""
+
+    async def open_stream(self, msg: InboundMessage, delivery_id: str) -> AnswerStream | None:
+        """Start a live answer, or None when this message or the configuration does not stream;
+        `Responder.deliver` then finishes it. Retires what an earlier attempt left streaming."""
+
+
+@runtime_checkable
+class CutAnswerReading(Protocol):
+    """Reads back what an attempt that died while streaming left shown. Without it, a turn
+    stopped after such a crash keeps no partial answer."""
 
     async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
         """The text of `msg`'s answer that an attempt which died while streaming left shown in
         the chat ("" if none): a turn stopped then keeps it as its partial answer."""
+
+
+@runtime_checkable
+class Attachments(Protocol):
+    """Fetches the files people share with a message. Without it, the model is told each file
+    could not be fetched."""
 
     async def resolve_attachments(self, msg: InboundMessage) -> list[Attachment]:
         """The files to fetch for `msg`: its own, with any that stand for another message (a
@@ -128,20 +163,49 @@ class Responder(Protocol):
     ) -> Path:
         """Download a file the user shared into `dest` (raises `AttachmentError`)."""
 
+
+@runtime_checkable
+class Mentions(Protocol):
+    """Notifies a person by name in a post. Without it, a note names them by their id."""
+
     def mention(self, user: str) -> str:
-        """Markup that notifies `user` in a post (empty where the platform has none)."""
+        """Markup that notifies `user` in a post, ending in a space."""
+
+
+@runtime_checkable
+class LocaleLookup(Protocol):
+    """Knows the locale a person set on the platform. Without it, the message's own language
+    decides the reply's."""
 
     async def user_locale(self, user: str, workspace: str) -> str | None:
         """`user`'s locale (a user of `workspace`) as the platform states it ("zh-CN",
-        "en-US"); None where it does not (then the message's own language decides)."""
+        "en-US"); None where it does not."""
+
+
+@runtime_checkable
+class DirectMessages(Protocol):
+    """Addresses a direct message by user alone. Without it, DMs go only where the person
+    already talks to the bot (a schedule made in a DM is delivered there)."""
 
     def dm_address(self, user: str) -> str | None:
-        """The channel to post to for a direct message to `user`, when the platform can address
-        a DM by user alone; None when only the DM conversation's own id will do."""
+        """The channel to post to for a direct message to `user`; None when only the DM
+        conversation's own id will do for this user."""
+
+
+@runtime_checkable
+class ThreadHistory(Protocol):
+    """Reads the earlier messages of the thread a message was posted in. Without it, the model
+    sees only the messages addressed to the bot."""
 
     async def thread_context(self, msg: InboundMessage) -> ThreadContext | None:
         """The earlier messages of the platform thread `msg` was posted in (that thread of that
         channel only), oldest first, up to `msg`; None where there is none to fetch."""
+
+
+@runtime_checkable
+class ApprovalPrompts(Protocol):
+    """Asks for an approval of a paused query and shows the decision. Without it, a query that
+    needs one is not run, and the answer says approvals cannot be given on the platform."""
 
     async def ask_approval(self, msg: InboundMessage, approval: ApprovalView) -> str | None:
         """Post in `msg`'s thread what the paused query would run (source, tables, estimate,
@@ -151,18 +215,26 @@ class Responder(Protocol):
     async def show_decision(self, msg: InboundMessage, approval: ApprovalView) -> None:
         """Replace the buttons of the posted request with its outcome; best effort."""
 
+
+@runtime_checkable
+class AlertPosting(Protocol):
+    """Posts a monitor's alert with Acknowledge and Mute buttons. Without it, the alert is
+    delivered as a plain message (`AlertView.markdown`)."""
+
     async def post_alert(self, alert: AlertView) -> str | None:
         """Post a monitor's alert as a new message in its channel, with Acknowledge and Mute
         buttons whose clicks name `alert.id`, and its chart in the alert's thread; returns the
-        posted message's id (to update it, and to note the recovery in its thread)."""
+        posted message's id (to note the recovery in its thread)."""
 
-    async def update_alert(self, alert: AlertView) -> None:
-        """Replace the buttons of a posted alert with who acknowledged or muted it; best effort."""
+
+@runtime_checkable
+class ExampleReview(Protocol):
+    """Asks a data owner in a DM to review a proposed example. Without it, `ba-agent examples
+    review` is the only way to decide."""
 
     async def ask_example_review(self, workspace: str, owner: str, proposal: Proposal, language: Language) -> bool:
         """Ask a data owner in a DM to confirm or reject a proposed example (Approve / Reject
-        buttons naming `proposal.id`); False where the platform cannot (then `ba-agent
-        examples review` decides)."""
+        buttons naming `proposal.id`); False when it could not be posted."""
 
 
 # --- the platform plugin contract ------------------------------------------------------------

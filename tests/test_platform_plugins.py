@@ -1,15 +1,19 @@
-"""Platforms are plugins: the gateway serves one it has never heard of, answers 503 on the routes
-of one that is not configured, and its code (and the agent core's) names no platform."""
+"""Platforms are plugins: the gateway serves one it has never heard of (implementing only the core
+of the responder contract: it gets answers, and is told when a query needs an approval it cannot
+give), answers 503 on the routes of one that is not configured, and its code (and the agent
+core's) names no platform."""
 
 from __future__ import annotations
 
 import ast
+import json
 import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 from aiohttp import web
 from pydantic import Field, SecretStr
@@ -26,9 +30,9 @@ from adapters.base import (
     Route,
 )
 from adapters.registry import PLATFORMS
-from agent_core.messages import Attachment, InboundMessage, OutboundReply, ThreadKey
+from agent_core.messages import InboundMessage, OutboundReply, ThreadKey
 from gateway.config import ConfigError, load_settings
-from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
+from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.harness import Gateway, running_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,44 +59,20 @@ class PagerSettings(PlatformSettings):
 
 
 class PagerResponder:
+    """Only the core of the contract (`adapters.base.Responder`): no progress, streaming,
+    attachments, approvals or alerts; the gateway does without them."""
+
     platform = "pager"
 
     def __init__(self) -> None:
         self.delivered: list[tuple[str, str]] = []  # (channel, text)
-
-    async def show_progress(self, msg: InboundMessage) -> None:
-        return None
-
-    async def show_status(self, msg: InboundMessage, status: str) -> None:
-        return None
-
-    async def open_stream(self, msg: InboundMessage, delivery_id: str) -> None:
-        return None
 
     async def deliver(
         self, msg: InboundMessage, reply: OutboundReply, delivery_id: str, *, resumed: bool = False
     ) -> None:
         self.delivered.append((msg.channel, reply.text))
 
-    async def clear_progress(self, msg: InboundMessage) -> None:
-        return None
-
-    async def resolve_attachments(self, msg: InboundMessage) -> list[Attachment]:
-        return []
-
-    async def fetch_attachment(self, msg: InboundMessage, attachment: Attachment, dest: Path, max_bytes: int) -> Path:
-        raise AssertionError("pager messages carry no files")
-
-    def mention(self, user: str) -> str:
-        return f"@{user}"
-
-    async def user_locale(self, user: str, workspace: str) -> str | None:
-        return None
-
-    def dm_address(self, user: str) -> str | None:
-        return None
-
-    async def thread_context(self, msg: InboundMessage) -> None:
+    async def close(self) -> None:
         return None
 
 
@@ -197,6 +177,32 @@ async def test_a_plugin_no_gateway_code_knows_is_configured_served_and_answered(
     [startup] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("platforms:")]
     assert "pager (webhook)" in startup and "console (ba-agent chat)" in startup
     assert "pager-secret" not in caplog.text
+
+
+async def test_a_platform_without_approval_prompts_is_told_its_query_was_not_run(
+    anthropic: FakeAnthropic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warehouse = tmp_path / "dwh.duckdb"
+    with duckdb.connect(str(warehouse)) as conn:
+        conn.execute("CREATE TABLE orders AS SELECT 1 AS id, 'East' AS region, 301.5 AS amount")
+    policy = tmp_path / "access.yaml"
+    policy.write_text("sources:\n  dwh:\n    groups: [default]\n    require_approval: true\n")
+    monkeypatch.setenv("PAGER_TOKEN", "pager-secret")
+    settings = load_settings(
+        _env_file=None, platforms=(*PLATFORMS, PagerPlatform), **settings_values(tmp_path, anthropic),
+        BA_DATASOURCES=json.dumps({"dwh": {"url": f"duckdb:///{warehouse}"}}), BA_ACCESS_POLICY=str(policy),
+    )  # fmt: skip
+    anthropic.script(Reply([tool_use("sql_query", {"source": "dwh", "sql": "SELECT SUM(amount) FROM orders"})]))
+    async with running_gateway(settings) as gw:
+        question = {"id": "p2", "room": "7", "user": "ana", "text": "total of orders?"}
+        assert (await post(gw, "/pager/events", question, Authorization="Bearer pager-secret"))[0] == 200
+        await gw.settled()
+        responder = gw.runtime.responders["pager"]
+        assert isinstance(responder, PagerResponder)
+        assert responder.delivered == [
+            ("room-7", "This query needs an approval, which cannot be given on this platform; it was not run.")
+        ]
+        assert len(anthropic.requests) == 1  # the query never ran: nothing went back to the model
 
 
 async def test_unconfigured_platforms_answer_503_saying_what_to_set(

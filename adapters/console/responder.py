@@ -5,17 +5,14 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Literal, TextIO
 
 from adapters.approval_clicks import accept_click
 from adapters.base import GatewayServices
-from adapters.download import AttachmentError
-from agent_core.catalog.learned import Proposal
 from agent_core.governance.approval import ApprovalStatus, ApprovalView
 from agent_core.i18n import Language, t
-from agent_core.messages import Attachment, InboundMessage, OutboundReply, new_id
-from agent_core.monitors.model import AlertStatus, AlertView
+from agent_core.messages import InboundMessage, OutboundReply, new_id
+from agent_core.monitors.model import AlertView
 
 PLATFORM = "console"
 _YES = {"y", "yes", "是"}  # the approval prompt's answers that approve
@@ -39,7 +36,8 @@ class _ConsoleStream:
 
 
 class ConsoleResponder:
-    """Implements `adapters.base.Responder` on a terminal."""
+    """Implements `adapters.base.Responder` on a terminal, with progress lines, the answer
+    streamed as it is written, approvals asked at the prompt, and alerts printed."""
 
     platform = PLATFORM
 
@@ -83,9 +81,6 @@ class ConsoleResponder:
     async def clear_progress(self, msg: InboundMessage) -> None:
         self.answered(msg).set()
 
-    def mention(self, user: str) -> str:
-        return ""
-
     async def ask_approval(self, msg: InboundMessage, approval: ApprovalView) -> str | None:
         """Show the request and ask at once: the terminal's user is the asker, and the answer
         is accepted like a click (the turn resumes after this one's event is done)."""
@@ -123,38 +118,11 @@ class ConsoleResponder:
         self._out.flush()
         return alert.id
 
-    async def update_alert(self, alert: AlertView) -> None:
-        who = alert.acted_by or t(alert.language, "someone")
-        if alert.status is AlertStatus.MUTED and alert.muted_until is not None:
-            until = f"{alert.muted_until:%Y-%m-%d %H:%M}"
-            done = t(alert.language, "Muted by {who} until {until} UTC", who=who, until=until)
-        else:
-            done = t(alert.language, "Acknowledged by {who}", who=who)
-        self._out.write(f"\n  · {done}\n")
-        self._out.flush()
-
-    async def user_locale(self, user: str, workspace: str) -> str | None:
-        return None  # a terminal has no user profile: the message's language decides
-
-    async def ask_example_review(self, workspace: str, owner: str, proposal: Proposal, language: Language) -> bool:
-        return False  # decided with `ba-agent examples review`
-
-    async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
-        return ""  # a cut streaming card is finished by the next attempt, not read back
-
     def dm_address(self, user: str) -> str | None:
         return user  # the terminal is the user's DM
 
-    async def thread_context(self, msg: InboundMessage) -> None:
-        return None  # the terminal is one conversation the bot sees whole
-
-    async def resolve_attachments(self, msg: InboundMessage) -> list[Attachment]:
-        return msg.attachments
-
-    async def fetch_attachment(
-        self, msg: InboundMessage, attachment: Attachment, dest: Path, max_bytes: int
-    ) -> Path:
-        raise AttachmentError("the console has no file attachments")
+    async def close(self) -> None:
+        return None  # a terminal holds no connection
 
 
 def _decision(status: ApprovalStatus, language: Language) -> str:

@@ -28,7 +28,6 @@ from adapters.feishu.events import PLATFORM, attachments_of, quoted_message_id
 from adapters.feishu.monitor_card import alert_card
 from adapters.feishu.transport import FeishuApiError
 from adapters.markdown_tables import Table
-from agent_core.catalog.learned import Proposal
 from agent_core.governance.approval import ApprovalView
 from agent_core.i18n import Language, t
 from agent_core.messages import Attachment, InboundMessage, OutboundFile, OutboundReply
@@ -207,7 +206,10 @@ class FeishuAnswerStream:
 
 
 class FeishuResponder:
-    """Implements adapters.base.Responder for Feishu / Lark."""
+    """Implements `adapters.base.Responder` for Feishu / Lark, with progress, streaming cards,
+    attachments, thread history, mentions, approvals and alerts. Not: user locales (events carry
+    none), DMs by user (a p2p chat id is known only inside it), reading back a cut streaming
+    card (the next attempt finishes it) and example reviews (`ba-agent examples review`)."""
 
     platform = PLATFORM
 
@@ -460,9 +462,6 @@ class FeishuResponder:
         except FeishuApiError as exc:
             log.warning("feishu: could not show who acted on alert card %s: %s", alert.message_ref, exc)
 
-    async def user_locale(self, user: str, workspace: str) -> str | None:
-        return None  # Feishu events carry no locale: the message's language decides
-
     async def ask_what_was_wrong(self, message_id: str, chat_id: str, answer_id: str, language: Language) -> None:
         """After a 👎: the optional question, as a form card replying to the rated answer."""
         try:
@@ -476,14 +475,8 @@ class FeishuResponder:
         except FeishuApiError as exc:
             log.warning("feishu: could not ask what was wrong with %s: %s", answer_id, exc)
 
-    async def ask_example_review(self, workspace: str, owner: str, proposal: Proposal, language: Language) -> bool:
-        return False  # decided with `ba-agent examples review`
-
-    async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
-        return ""  # a cut streaming card is finished by the next attempt, not read back
-
-    def dm_address(self, user: str) -> str | None:
-        return None  # Feishu posts to a chat id; a user's p2p chat id is known only inside it
+    async def close(self) -> None:
+        return None  # the client it posts with is closed by the adapter's `stop`
 
     async def _send(
         self, msg: InboundMessage, msg_type: str, content: dict[str, Any], uuid_: str

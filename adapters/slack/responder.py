@@ -47,7 +47,7 @@ APPROVAL_EVENT_TYPE = "ba_agent_approval"
 
 
 class SlackResponder:
-    """Implements `adapters.base.Responder` for Slack."""
+    """Implements `adapters.base.Responder` for Slack, with every capability of the contract."""
 
     platform = "slack"
 

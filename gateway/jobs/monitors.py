@@ -6,8 +6,9 @@ made through its own tools); each fire time is claimed by one process. A run jud
 latest complete period (`agent_core.monitors.check`) with the creator's permissions in the
 target channel and compares the verdict with the previous run's:
 
-- anomalous now, not before: an onset. One alert is posted (`Responder.post_alert`) unless
-  the monitor is muted; while the episode lasts, later runs post nothing;
+- anomalous now, not before: an onset. One alert is posted (`AlertPosting.post_alert`, or a
+  plain message on a platform without alert buttons) unless the monitor is muted; while the
+  episode lasts, later runs post nothing;
 - not anomalous now, anomalous before: the recovery is noted in the alert's thread;
 - a muted monitor keeps its state but posts nothing until the mute ends;
 - a run for an earlier period than the last one judged (a replay, `ba-agent monitors run
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Literal
 from apscheduler.triggers.interval import IntervalTrigger
 from pydantic import BaseModel
 
-from adapters.base import ActOnAlert, Responder
+from adapters.base import ActOnAlert, AlertPosting, Responder
 from agent_core.config import AgentConfig
 from agent_core.i18n import t
 from agent_core.messages import OutboundReply, new_id, utcnow
@@ -125,7 +126,11 @@ class MonitorRunner:
         assert responder is not None
         if run.alert is not None:
             await self._store.save_alert(run.alert)  # first: a click finds it
-            run.alert.message_ref = await responder.post_alert(run.alert)
+            if isinstance(responder, AlertPosting):
+                run.alert.message_ref = await responder.post_alert(run.alert)
+            else:  # no buttons: the alert as a message (no thread to note the recovery in)
+                alert = OutboundReply(text=run.alert.markdown(), files=[run.alert.chart] if run.alert.chart else [])
+                await responder.deliver(run.alert.address(), alert, f"monitor-alert-{run.alert.id}")
             await self._store.save_alert(run.alert)
         elif run.posted == "recovery" and state.alert_id:
             await self._note_recovery(responder, monitor, state.alert_id, run)

@@ -36,7 +36,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel import col
 
-from adapters.base import Responder
+from adapters.base import DirectMessages, Mentions, Responder
 from agent_core.governance.audit import prune_audit
 from agent_core.i18n import language_of_text, t
 from agent_core.messages import OutboundReply, utcnow
@@ -291,8 +291,8 @@ class Scheduler(RunOnceCron):
         if responder is None:
             log.warning("scheduled report %s: no %s responder for the notice", schedule_id, row.platform)
             return
-        address = notice_message(row, now, responder.dm_address(row.creator))
-        mention = "" if address.is_dm else responder.mention(row.creator)
+        address = notice_message(row, now, responder.dm_address(row.creator) if isinstance(responder, DirectMessages) else None)
+        mention = responder.mention(row.creator) if isinstance(responder, Mentions) and not address.is_dm else ""
         language = language_of_text(row.prompt)  # the creator wrote it; no platform locale is stored
         schedule = {"id": schedule_id, "cron": row.cron, "tz": row.tz, "prompt": _short(row.prompt), "failures": failures}
         if switched_off:

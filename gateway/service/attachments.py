@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from adapters.base import Responder
+from adapters.base import Attachments, Responder
 from adapters.download import AttachmentError
 from agent_core.data.conversation import TABLES_FILE
 from agent_core.data.errors import UnsupportedUploadType, UploadError
@@ -29,6 +29,8 @@ async def ingest_attachments(
     is answered all the same. A file already loaded in this conversation (a retried delivery
     of the same message) is neither fetched nor loaded again.
     """
+    if not isinstance(responder, Attachments):
+        return [f"{a.name}: could not be fetched (this platform does not share files)." for a in msg.attachments]
     workspace = workspace_for(ctx.data_dir, ctx.thread_id)
     database = await workspace.pull_private(TABLES_FILE)  # the tables loaded so far
     notes: list[str] = []

@@ -18,7 +18,16 @@ from datetime import timedelta
 
 from opentelemetry import trace
 
-from adapters.base import AnswerStream, Responder
+from adapters.base import (
+    AnswerStream,
+    AnswerStreaming,
+    ApprovalPrompts,
+    CutAnswerReading,
+    LocaleLookup,
+    Mentions,
+    ProgressDisplay,
+    Responder,
+)
 from agent_core.data.upload_limits import UploadLimits
 from agent_core.governance.approval import ApprovalStatus, may_decide, verdict_of
 from agent_core.governance.approval_store import ApprovalStore, StoredApproval
@@ -65,7 +74,7 @@ class _ProgressObserver(TurnObserver):
     """Forwards a turn's progress to the platform: tool status lines and streamed text."""
 
     def __init__(self, responder: Responder, msg: InboundMessage, stream: AnswerStream | None) -> None:
-        self._responder = responder
+        self._progress = responder if isinstance(responder, ProgressDisplay) else None
         self._msg = msg
         self._stream = stream
         self._text = ""
@@ -88,13 +97,14 @@ class _ProgressObserver(TurnObserver):
         if self._text.strip():
             self._said.append(self._text)
         self._text = ""
-        await self._responder.show_status(self._msg, step_title(call, self._msg.language))
+        if self._progress is not None:
+            await self._progress.show_status(self._msg, step_title(call, self._msg.language))
 
     async def on_tool_end(self, call: ToolUseBlock, result: ToolResult) -> None:
-        if result.is_error:  # a failed step must not look like a successful one
+        if result.is_error and self._progress is not None:  # a failed step must not look like a successful one
             kind = result.error_type.value if result.error_type else "error"
             status = t(self._msg.language, "{tool} failed ({kind})", tool=call.name, kind=kind)
-            await self._responder.show_status(self._msg, status)
+            await self._progress.show_status(self._msg, status)
 
 
 class Dispatcher:
@@ -221,17 +231,17 @@ class Dispatcher:
             await self._inbox.finish(row.id, EventStatus.DONE)
             return True
         await self._inbox.start(row.id)
-        if msg.locale is None:  # looked up here, not on the acknowledgement path
+        if msg.locale is None and isinstance(responder, LocaleLookup):  # here, not on the acknowledgement path
             msg = msg.model_copy(update={"locale": await responder.user_locale(msg.user, msg.workspace)})
         attempt = row.attempts + 1
         delivery_id = f"ev{row.id}"
         try:
-            if attempt == 1 and msg.approval is None:
+            if attempt == 1 and msg.approval is None and isinstance(responder, ProgressDisplay):
                 await responder.show_progress(msg)
             reply = await self._reply_for(row, msg, responder, delivery_id)
             if reply is not None:  # None: the turn waits for an approval, or nothing to say
                 await self._deliver(row.id, msg, responder, reply, delivery_id)
-            if msg.approval is None:
+            if msg.approval is None and isinstance(responder, ProgressDisplay):
                 await responder.clear_progress(msg)
             await self._inbox.finish(row.id, EventStatus.DONE)
             return True
@@ -270,7 +280,7 @@ class Dispatcher:
         agent = self._agent
 
         async def stop_turn(partial: str, stop: InboundMessage) -> TurnResult:
-            note = t(msg.language, "_Stopped by {who}._", who=responder.mention(stop.user).strip() or stop.user)
+            note = t(msg.language, "_Stopped by {who}._", who=_mention(responder, stop.user))
             message = _user_message(thread_id, msg, [])
             return await agent.stop_turn(thread_id, message, msg.dedupe_key, partial, note)
 
@@ -278,8 +288,8 @@ class Dispatcher:
         if (stop := await self._inbox.stop_after(row.thread_key, row.id)) is not None:
             # Stopped before it ran, or while a process that died was running it: the text
             # that process had shown is all there is of the answer.
-            partial = await responder.cut_answer(msg, delivery_id)
-            stream = await responder.open_stream(msg, delivery_id)  # retires what it left
+            partial = await responder.cut_answer(msg, delivery_id) if isinstance(responder, CutAnswerReading) else ""
+            stream = await _open_stream(responder, msg, delivery_id)  # retires what it left
             result = await stop_turn(partial, stop)
             if stream is not None:
                 await stream.close()
@@ -308,7 +318,7 @@ class Dispatcher:
     ) -> TurnResult:
         """Run ``turn`` (a new one or a resumed one) with live progress, in a trace span, until
         it ends or a Stop in its thread ends it (`stop_turn`)."""
-        stream = await responder.open_stream(msg, delivery_id)
+        stream = await _open_stream(responder, msg, delivery_id)
         observer = _ProgressObserver(responder, msg, stream)
         tracer = trace.get_tracer(TRACER_NAME)
         started = time.perf_counter()
@@ -367,6 +377,9 @@ class Dispatcher:
                 provenance=result.provenance,
                 answer_id=delivery_id if rated else None,
             )
+        if not isinstance(responder, ApprovalPrompts):  # nobody could approve it: it stays unrun
+            text = t(msg.language, "This query needs an approval, which cannot be given on this platform; it was not run.")
+            return OutboundReply(text=text)
         if self._approvals is None:
             raise RuntimeError("a turn paused for an approval, but approvals are not stored")
         approval = await self._approvals.open(thread_id, msg, result.approval, self._approval_ttl)
@@ -398,8 +411,9 @@ class Dispatcher:
         settled = await self._approvals.settle(stored.id, status, None if late else click.user)
         if settled is None or settled.status is ApprovalStatus.WITHDRAWN:
             return None
-        with contextlib.suppress(Exception):  # the buttons' update is cosmetic
-            await responder.show_decision(origin, settled)
+        if isinstance(responder, ApprovalPrompts):
+            with contextlib.suppress(Exception):  # the buttons' update is cosmetic
+                await responder.show_decision(origin, settled)
         thread_id = await self._store.open(origin.thread, dm_owner=origin.user if origin.is_dm else None)
         verdicts = [
             verdict_of(a, who=a.decided_by)
@@ -414,7 +428,7 @@ class Dispatcher:
             return await agent.resume_turn(thread_id, verdicts, deps, observer)
 
         async def stop_turn(partial: str, stop: InboundMessage) -> TurnResult:
-            note = t(origin.language, "_Stopped by {who}._", who=responder.mention(stop.user).strip() or stop.user)
+            note = t(origin.language, "_Stopped by {who}._", who=_mention(responder, stop.user))
             message = _user_message(thread_id, origin, [])
             return await agent.stop_turn(thread_id, message, origin.dedupe_key, partial, note)
 
@@ -430,7 +444,7 @@ class Dispatcher:
             if pending.origin.dedupe_key == msg.dedupe_key:
                 continue
             settled = await self._approvals.settle(pending.id, ApprovalStatus.WITHDRAWN, None)
-            if settled is not None and settled.status is ApprovalStatus.WITHDRAWN:
+            if settled is not None and settled.status is ApprovalStatus.WITHDRAWN and isinstance(responder, ApprovalPrompts):
                 with contextlib.suppress(Exception):
                     await responder.show_decision(pending.origin, settled)
 
@@ -459,6 +473,16 @@ class Dispatcher:
 
 _RATED = frozenset({TurnEnd.ANSWERED, TurnEnd.MAX_TOKENS, TurnEnd.STOPPED})
 _DECISIONS = {"approve": ApprovalStatus.APPROVED, "reject": ApprovalStatus.REJECTED}
+
+
+async def _open_stream(responder: Responder, msg: InboundMessage, delivery_id: str) -> AnswerStream | None:
+    """A live answer where the platform streams; None: the answer is posted when it is done."""
+    return await responder.open_stream(msg, delivery_id) if isinstance(responder, AnswerStreaming) else None
+
+
+def _mention(responder: Responder, user: str) -> str:
+    """Who `user` is in a note: notified where the platform can, else named by id."""
+    return (responder.mention(user).strip() if isinstance(responder, Mentions) else "") or user
 
 
 def expiry_event(approval: StoredApproval) -> InboundMessage:

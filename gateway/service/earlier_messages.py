@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from adapters.base import Responder
+from adapters.base import Responder, ThreadHistory
 from agent_core.messages import InboundMessage
 from agent_core.store.threads import ThreadStore
 from agent_core.thread_context import render
@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 async def earlier_messages(store: ThreadStore, responder: Responder, msg: InboundMessage, thread_id: str) -> str | None:
     """The block to put before ``msg`` in conversation ``thread_id``; None when there is none
     or the platform could not be asked (the question is still answered)."""
+    if not isinstance(responder, ThreadHistory):
+        return None
     if await store.has_event(thread_id, msg.dedupe_key):
         return None  # a retried turn: its message, with its context, is stored already
     try:

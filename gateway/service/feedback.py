@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel import col, select
 
-from adapters.base import FeedbackClick, Responder
+from adapters.base import ExampleReview, FeedbackClick, Responder
 from agent_core.catalog.learned import LearnedExamples, Proposal, ProposalStatus
 from agent_core.governance.policy import AccessPolicy
 from agent_core.i18n import Language
@@ -201,7 +201,7 @@ class Feedback:
             platform, _, owner_id = owner.partition(":")
             responder = self._responders.get(platform)
             try:
-                if responder is not None:
+                if isinstance(responder, ExampleReview):  # elsewhere `ba-agent examples review` decides
                     await responder.ask_example_review(workspace, owner_id, proposal, language)
             except Exception:
                 log.exception("could not ask %s to review example %d", owner, proposal.id)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from agent_core.loop import AgentLoop
     from gateway.service.dispatcher import Dispatcher
 
-from adapters.base import Responder
+from adapters.base import DirectMessages, Responder
 from agent_core.governance.approval_store import ApprovalStore
 from agent_core.messages import InboundMessage
 from agent_core.monitors.store import MonitorStore
@@ -109,7 +109,7 @@ class Runtime:
 
     def dm_address(self, platform: str, user: str) -> str | None:
         responder = self.responders.get(platform)
-        return responder.dm_address(user) if responder is not None else None
+        return responder.dm_address(user) if isinstance(responder, DirectMessages) else None
 
     def run_deps(self, msg: InboundMessage, thread_id: str) -> RunDeps:
         return RunDeps(
