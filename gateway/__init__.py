@@ -1,13 +1,18 @@
-"""The aiohttp service around the agent core.
+"""The aiohttp service around the agent core, in three groups:
 
-- `app`: the routes each registered platform mounts, health, readiness and metrics;
-- `inbox` (+ `inbox_postgres`): the durable inbox every accepted event is committed to before
-  it is acknowledged; `dispatcher`: answers it in order per thread, exactly once, under leases;
-  `outbound`: the ledger that makes delivery idempotent; `worker`/`worker_pool`: the processes
-  that answer, woken by serve or by PostgreSQL NOTIFY;
-- `cron`: run-once jobs claimed across replicas; `scheduler`: its maintenance, report and
-  catalog jobs; `monitors`: metric monitors' runs and alerts (the schedules and monitors
-  themselves, and their stores, are `agent_core.schedules` and `agent_core.monitors`);
-- `config`: the settings (the core's `AgentConfig` plus the gateway's; each platform reads its
-  own); `startup_checks`: what every command checks first; `cli` and `*_commands`: `ba-agent`.
+- `service/`: what runs while serving -- the routes each registered platform mounts, health,
+  readiness and metrics (`app`); the durable inbox every accepted event is committed to before
+  it is acknowledged (`inbox`, `inbox_postgres`); the dispatcher that answers it in order per
+  thread, exactly once, under leases (`dispatcher`); the ledger that makes delivery idempotent
+  (`outbound`); the processes that answer (`worker`, `worker_pool`); the platforms and the
+  `Runtime` every process is built from;
+- `jobs/`: work on a clock, each run claimed by one process across replicas (`cron`): the
+  maintenance and report jobs (`scheduler`), metric monitors' runs and alerts (`monitors`);
+  the schedules and monitors themselves, and their stores, are `agent_core.schedules` and
+  `agent_core.monitors`;
+- `cli/`: the `ba-agent` command (`main`) and one module per subcommand group.
+
+At the top: the settings (`config`: the core's `AgentConfig` plus the gateway's; each platform
+reads its own), logging, the gateway's tables and their migrations, and `startup_checks`, what
+every command checks first.
 """
