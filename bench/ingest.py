@@ -17,7 +17,9 @@ starts with idle workers). The two sides of a round take the same seeded traffic
 They are measured in alternating rounds (floor, gateway, floor, gateway, …), so a noisy
 neighbour or a drifting machine hits both alike; the verdict is the per-round ratio of p99s,
 reported as its median with its spread over the rounds. Every figure is printed with the
-machine's load average.
+machine's load average. `--probe-rate 20` also times GET /healthz on both sides during the
+rounds: a stall that slows the probes too is the server's event loop (or CPU), one that
+slows only the deliveries is the database.
 
 Modes:
 - default: `--rounds` rounds a side of `--seconds` at `--rate` deliveries/s;
@@ -89,12 +91,13 @@ class Side:
     per_replica: list[Sample] = field(default_factory=list)
     sent: set[str] = field(default_factory=set)  # the distinct messages sent
 
-    def run(self, rate: float, seconds: float, timeout_s: float, tag: str, seed: str | None = None) -> tuple[Sample, float]:
+    def run(self, rate: float, seconds: float, timeout_s: float, tag: str, seed: str | None = None,
+            probe_rate: float = 0.0) -> tuple[Sample, float]:
         """One round; returns its sample and the servers' CPU ms per delivery. Rounds given the
         same `seed` send the same sequence of messages (as distinct events)."""
         deliveries = realistic_mix(int(rate * seconds), tag, seed)
         cpu_before = sum(cpu_seconds(pid) for pid in self.pids)
-        samples = self.send(deliveries, rate, timeout_s)
+        samples = self.send(deliveries, rate, timeout_s, probe_rate)
         cpu_ms = (sum(cpu_seconds(pid) for pid in self.pids) - cpu_before) * 1000 / max(len(deliveries), 1)
         sample = Sample()
         for replica, part in enumerate(samples):
@@ -105,9 +108,9 @@ class Side:
         self.total.extend(sample)
         return sample, cpu_ms
 
-    def send(self, deliveries: list[Delivery], rate: float, timeout_s: float) -> list[Sample]:
+    def send(self, deliveries: list[Delivery], rate: float, timeout_s: float, probe_rate: float = 0.0) -> list[Sample]:
         self.sent |= {d.message for d in deliveries}
-        samples = asyncio.run(offered_load(self.urls, deliveries, rate, timeout_s))
+        samples = asyncio.run(offered_load(self.urls, deliveries, rate, timeout_s, probe_rate))
         self.total.acknowledged.update(*(s.acknowledged for s in samples))
         return samples
 
@@ -117,9 +120,11 @@ def ab_rounds(floor: Side, gateway: Side, db: GatewayDatabase, args: argparse.Na
     ratios = []
     for round_no in range(1, args.rounds + 1):
         seed = f"{round_no}:{rate:g}"  # the pair takes the same traffic
-        floor_sample, floor_cpu = floor.run(rate, args.seconds, args.timeout, f"f{round_no}r{rate:g}", seed)
+        floor_sample, floor_cpu = floor.run(rate, args.seconds, args.timeout, f"f{round_no}r{rate:g}", seed,
+                                            args.probe_rate)
         floor_load = load()
-        gw_sample, gw_cpu = gateway.run(rate, args.seconds, args.timeout, f"g{round_no}r{rate:g}", seed)
+        gw_sample, gw_cpu = gateway.run(rate, args.seconds, args.timeout, f"g{round_no}r{rate:g}", seed,
+                                        args.probe_rate)
         ratio = gw_sample.p99 / floor_sample.p99
         ratios.append(ratio)
         print(f"round {round_no:2d}  floor p50 {floor_sample.p50:6.2f} p99 {floor_sample.p99:7.2f} ms "
@@ -127,7 +132,18 @@ def ab_rounds(floor: Side, gateway: Side, db: GatewayDatabase, args: argparse.Na
               f"p99 {gw_sample.p99:7.2f} ms ({gw_cpu:.2f} ms CPU/delivery, {load()})  ratio {ratio:5.2f}  "
               f"errors {gw_sample.errors + floor_sample.errors}  timeouts {gw_sample.timeouts + floor_sample.timeouts}  "
               f"backlog {db.open_events()}  turns in progress {db.turns_in_progress()}", flush=True)
+        if args.probe_rate:
+            print(f"round {round_no:2d}  /healthz meanwhile: floor {probes(floor_sample)}  "
+                  f"gateway {probes(gw_sample)}", flush=True)
     return ratios
+
+
+def probes(sample: Sample) -> str:
+    """The health-check probes of a round: the server's event loop stalls, if any."""
+    if not sample.probes_ms:
+        return "n/a"
+    return (f"p50 {percentile(sample.probes_ms, 0.5):.2f} p99 {percentile(sample.probes_ms, 0.99):.2f} "
+            f"max {max(sample.probes_ms):.2f} ms")
 
 
 def make_workers_busy(gateway: Side, db: GatewayDatabase, args: argparse.Namespace) -> None:
@@ -227,6 +243,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1, help="BA_WORKER_PROCESSES per gateway")
     parser.add_argument("--turns", type=int, default=8, help="BA_MAX_CONCURRENT_TURNS per worker")
     parser.add_argument("--answer-seconds", type=float, default=2.0, help="how long the fake model streams an answer")
+    parser.add_argument("--probe-rate", type=float, default=0.0,
+                        help="also GET /healthz this many times/s during the rounds (e.g. 20): slow probes "
+                             "mean the server's loop stalled, slow deliveries with quick probes the database")
     parser.add_argument("--live-threads", type=int, default=16,
                         help="conversations opened before the rounds so the workers are busy (0: start idle)")
     mode = parser.add_mutually_exclusive_group()

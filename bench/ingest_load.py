@@ -10,6 +10,7 @@ does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 from dataclasses import dataclass, field
 
@@ -28,9 +29,11 @@ class Sample:
     errors: int = 0
     timeouts: int = 0
     acknowledged: set[str] = field(default_factory=set)  # messages with a delivery answered 200
+    probes_ms: list[float] = field(default_factory=list)  # GET /healthz meanwhile (see offered_load)
 
     def extend(self, other: Sample) -> None:
         self.latencies_ms += other.latencies_ms
+        self.probes_ms += other.probes_ms
         self.errors += other.errors
         self.timeouts += other.timeouts
         self.acknowledged |= other.acknowledged
@@ -65,11 +68,29 @@ def spread(values: list[float]) -> str:
             f"IQR {q1:.2f}–{q3:.2f}, {len(values)} rounds)")
 
 
-async def offered_load(urls: list[str], deliveries: list[Delivery], rate: float, timeout_s: float) -> list[Sample]:
+async def offered_load(
+    urls: list[str], deliveries: list[Delivery], rate: float, timeout_s: float, probe_rate: float = 0.0
+) -> list[Sample]:
     """Send `deliveries` at `rate`/s, round-robin over `urls` (replicas behind a balancer);
-    one Sample per URL."""
+    one Sample per URL.
+
+    With `probe_rate`, each server also gets GET /healthz that many times a second, timed into
+    `Sample.probes_ms`: the health check answers from the event loop alone, so a slow probe
+    means the server's loop (or its CPU) stalled, and a slow delivery with quick probes means
+    the delivery waited for something else (the database)."""
     samples = [Sample() for _ in urls]
     loop = asyncio.get_running_loop()
+
+    async def probe(session: aiohttp.ClientSession, target: int, until: float) -> None:
+        health = urls[target].rsplit("/", 2)[0] + "/healthz"
+        due = loop.time()
+        while due < until:
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+                async with asyncio.timeout_at(due + timeout_s), session.get(health) as resp:
+                    await resp.read()
+                    samples[target].probes_ms.append((loop.time() - due) * 1000)
+            due += 1 / probe_rate
 
     async def send(session: aiohttp.ClientSession, target: int, delivery: Delivery, due: float) -> None:
         sample = samples[target]
@@ -95,6 +116,9 @@ async def offered_load(urls: list[str], deliveries: list[Delivery], rate: float,
     async with aiohttp.ClientSession(connector=connector) as session:
         tasks = []
         start = loop.time() + 0.05
+        if probe_rate:
+            end = start + len(deliveries) / rate
+            tasks += [asyncio.create_task(probe(session, target, end)) for target in range(len(urls))]
         for i, delivery in enumerate(deliveries):
             due = start + i / rate
             delay = due - loop.time()

@@ -15,6 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+# The WAL is reset once this much has been written to it since the last reset, and its file
+# is cut back to this size when it is (`journal_size_limit`): a bounded file whose space
+# writers reuse instead of growing it again after every reset.
+WAL_RESET_BYTES = 64 * 1024**2
+# How long a RESTART checkpoint, holding the write lock, waits for readers to move on. SQLite's
+# busy handler sleeps in growing steps, so 10 ms means at most three short sleeps.
+RESET_BUSY_S = 0.01
+
 
 class UnsupportedDatabase(ValueError):
     """DATABASE_URL names a database this service does not run on."""
@@ -49,6 +57,7 @@ def sqlite_pragmas(dbapi_connection, _record) -> None:  # DBAPI callback
     # Checkpoints fsync the database: `sqlite_checkpointer` runs them off the event loop
     # instead of inside whichever commit crosses the threshold.
     cursor.execute("PRAGMA wal_autocheckpoint=0")
+    cursor.execute(f"PRAGMA journal_size_limit={WAL_RESET_BYTES}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 
@@ -129,23 +138,31 @@ def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, class_=AsyncSession, expire_on_commit=False)
 
 
-async def sqlite_checkpointer(engine: AsyncEngine, interval_s: float = 2.0) -> None:
+async def sqlite_checkpointer(
+    engine: AsyncEngine, interval_s: float = 2.0, reset_bytes: int = WAL_RESET_BYTES
+) -> None:
     """Copy the WAL back into the SQLite database every `interval_s`, in a worker thread.
 
-    PASSIVE checkpoints never wait for readers or writers; a TRUNCATE one now and then keeps
-    the WAL file from growing when the service is busy. Runs until cancelled.
+    A PASSIVE checkpoint takes no lock a writer needs: it copies and fsyncs while commits go
+    on. It leaves the WAL to be reset (written again from its start) by the first writer
+    that finds it wholly copied, which under steady writes never happens (a commit always
+    lands while the checkpoint fsyncs), so a WAL past `reset_bytes` gets a RESTART: that
+    one holds the write lock while it copies the last few frames and waits for readers, every
+    commit waiting behind it, so it waits for readers at most `RESET_BUSY_S` and comes only
+    once per `reset_bytes` written. Runs until cancelled.
     """
     database = engine.url.database
     if engine.dialect.name != "sqlite" or not database or database == ":memory:":
         return
 
-    def checkpoint(mode: str) -> None:
-        with closing(sqlite3.connect(database, timeout=0.1)) as conn:
-            conn.execute(f"PRAGMA wal_checkpoint({mode})")
+    def checkpoint() -> None:
+        with closing(sqlite3.connect(database, timeout=RESET_BUSY_S)) as conn:
+            _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+            if frames * page_size >= reset_bytes:
+                conn.execute("PRAGMA wal_checkpoint(RESTART)")
 
-    rounds = 0
     while True:
         await asyncio.sleep(interval_s)
-        rounds += 1
         with suppress(sqlite3.OperationalError):  # busy: the next round will do it
-            await asyncio.to_thread(checkpoint, "TRUNCATE" if rounds % 30 == 0 else "PASSIVE")
+            await asyncio.to_thread(checkpoint)

@@ -24,7 +24,6 @@ from sqlmodel import col
 
 from adapters.base import AcceptOutcome
 from agent_core.messages import InboundMessage, ThreadKey, utcnow
-from agent_core.retry import backoff_delay_s
 from agent_core.store.db import sqlite_pragmas
 from agent_core.store.types import UTCDateTime
 from gateway.service.inbox_postgres import LIVE_THREAD_SQL, PostgresInboxWriter, conninfo_of, listen_for_work
@@ -75,11 +74,15 @@ class SQLiteInboxWriter:
     """Inserts accepted events into a SQLite file on a connection of its own, on the event loop.
 
     This is the acknowledgement's critical path: SQLAlchemy's async bridge costs several times
-    the insert itself, so the one statement runs on the driver directly. Another process (a
-    worker) holds the write lock for a fraction of a millisecond per transaction: the writer
-    first polls for it in 50 µs steps (SQLite's own busy handler sleeps a whole millisecond,
-    as would an async sleep), and only after `SPIN_S` waits with async sleeps, so a lock held
-    long never stalls the event loop.
+    the insert itself, so the one statement runs on the driver directly, at once when the
+    write lock is free. Another process (a worker, a checkpoint) holds that lock for a
+    fraction of a millisecond per transaction, now and then for an fsync: then the events
+    that arrive queue up, and one task polls for the lock for all of them, first in 50 µs
+    steps for `SPIN_S` (SQLite's own busy handler sleeps a whole millisecond, as would an
+    async sleep), then every `POLL_S` with async sleeps, so a lock held long never stalls
+    the event loop and its release is noticed within a millisecond (a growing backoff would
+    oversleep it by as much as it had waited). The queue is inserted in one transaction, in
+    arrival order: one commit, instead of one lock hand-over per event.
     """
 
     _COLUMNS = ("platform", "event_id", "dedupe_key", "thread_key", "payload", "status", "attempts",
@@ -92,6 +95,7 @@ class SQLiteInboxWriter:
     _LIVE_THREAD_SQL = LIVE_THREAD_SQL.replace("%s", "?")
     BUSY_DEADLINE_S = 2.0  # within the platforms' 3 s acknowledgement window
     SPIN_S = 0.002
+    POLL_S = 0.001
 
     def __init__(self, database: str) -> None:
         self._conn = sqlite3.connect(database, isolation_level=None, check_same_thread=False)
@@ -101,41 +105,86 @@ class SQLiteInboxWriter:
         processor = UTCDateTime().bind_processor(sqlite.dialect())
         assert processor is not None  # a TypeDecorator with process_bind_param always has one
         self._time = processor
+        self._waiting: list[tuple[dict[str, Any], asyncio.Future[bool]]] = []
+        self._poller: asyncio.Task[None] | None = None
 
     async def insert(self, row: dict[str, object]) -> bool:
         """Insert `row` and commit; False when its event or message is already stored."""
         params: dict[str, Any] = {c: row[c] for c in self._COLUMNS}
         for column in ("available_at", "created_at", "updated_at"):
             params[column] = self._time(params[column])
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        sleeps = 0
-        while True:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.OperationalError as exc:
-                waited = loop.time() - started
-                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or waited > self.BUSY_DEADLINE_S:
-                    raise
-            if waited < self.SPIN_S:
-                time.sleep(0.00005)
-            else:
-                await asyncio.sleep(backoff_delay_s(sleeps, first_s=0.001, max_s=0.02))
-                sleeps += 1
+        if not self._waiting and self._begin():  # nobody queued ahead of it, and the lock is free
+            return self._insert_and_commit([params])[0]
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.append((params, done))
+        if self._poller is None:
+            # A task of its own: a caller that stops waiting does not strand the queue.
+            self._poller = asyncio.create_task(self._commit_waiting(), name="inbox-sqlite-wait")
+        return await done
+
+    def _begin(self) -> bool:
+        """Take the write lock; False when another connection holds it."""
         try:
-            inserted = self._conn.execute(self._SQL, params).fetchone()
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:  # BUSY and its extended codes
+                raise
+            return False
+        return True
+
+    def _insert_and_commit(self, rows: list[dict[str, Any]]) -> list[bool]:
+        """In the transaction `_begin` opened: whether each row was stored (not a duplicate)."""
+        try:
+            inserted = [self._conn.execute(self._SQL, params).fetchone() is not None for params in rows]
             self._conn.execute("COMMIT")
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
-        return inserted is not None
+        return inserted
+
+    async def _commit_waiting(self) -> None:
+        """Wait for the lock, then commit every queued row (those queued meanwhile included)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            while not self._begin():
+                waited = loop.time() - started
+                if waited > self.BUSY_DEADLINE_S:
+                    raise sqlite3.OperationalError("database is locked")
+                if waited < self.SPIN_S:
+                    time.sleep(0.00005)
+                else:
+                    await asyncio.sleep(self.POLL_S)
+        except Exception as exc:  # past the deadline: every queued caller gets it
+            self._fail(self._waiting, exc)
+            return
+        except asyncio.CancelledError:  # closing
+            self._fail(self._waiting, sqlite3.OperationalError("inbox closed"))
+            raise
+        finally:
+            batch, self._waiting, self._poller = self._waiting, [], None
+        try:
+            results = self._insert_and_commit([params for params, _ in batch])
+        except Exception as exc:
+            self._fail(batch, exc)
+            return
+        for (_, done), inserted in zip(batch, results, strict=True):
+            if not done.done():
+                done.set_result(inserted)
+
+    @staticmethod
+    def _fail(batch: list[tuple[dict[str, Any], asyncio.Future[bool]]], exc: Exception) -> None:
+        for _, done in batch:
+            if not done.done():
+                done.set_exception(exc)
 
     def thread_is_live(self, thread_key: str) -> bool:
         """Whether a live conversation exists for the thread (a read: never waits for the lock)."""
         return self._conn.execute(self._LIVE_THREAD_SQL, (thread_key,)).fetchone() is not None
 
     def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
         self._conn.close()
 
 

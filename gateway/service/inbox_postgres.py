@@ -85,13 +85,19 @@ def conninfo_of(url: URL) -> str:
 class PostgresInboxWriter:
     """Commits accepted events in groups: one round trip and one commit per batch.
 
-    `BATCHES_IN_FLIGHT` batches go to the server at once, each on a connection of a small pool
-    that is opened at start-up and kept (no connection bursts under load); the pool has
-    `LOOKUPS_IN_FLIGHT` more for the acknowledgement's other question, whether the bot is part
-    of a thread, and one for the notification that wakes other replicas. A caller is answered
-    only once its row is committed, and learns whether it was a duplicate. A caller that stops
-    waiting (the platform's client gave up) does not take its row out: it is committed all the
-    same, so the platform's retry is a duplicate, not a second answer.
+    `BATCHES_IN_FLIGHT` batches go to the server at once, each on a connection of its own
+    pool, opened at start-up and kept (no connection bursts under load), so a batch never
+    waits for a connection; a second pool holds `LOOKUPS_IN_FLIGHT` connections for the
+    acknowledgement's other question, whether the bot is part of a thread, and one for the
+    notification that wakes other replicas. A caller is answered only once its row is
+    committed, and learns whether it was a duplicate. A caller that stops waiting (the
+    platform's client gave up) does not take its row out: it is committed all the same, so
+    the platform's retry is a duplicate, not a second answer.
+
+    Each commit waits for its WAL flush (an fsync; under the busy ingest bench that is what
+    the INSERT waits on nearly every time it is seen waiting: bench/accept_wait.py), and
+    flushes run one after another: more batches in flight only split the same events into
+    more, smaller commits (four measured slower than two there).
     """
 
     BATCHES_IN_FLIGHT = 2
@@ -102,14 +108,14 @@ class PostgresInboxWriter:
     def __init__(self, conninfo: str) -> None:
         from psycopg_pool import AsyncConnectionPool
 
-        self._pool: AsyncConnectionPool = AsyncConnectionPool(
-            conninfo,
-            min_size=self.BATCHES_IN_FLIGHT + self.LOOKUPS_IN_FLIGHT + self.NOTIFIERS,
-            max_size=self.BATCHES_IN_FLIGHT + self.LOOKUPS_IN_FLIGHT + self.NOTIFIERS,
-            open=False,
-            kwargs={"autocommit": True, "prepare_threshold": 0},
-            name="inbox-accept",
-        )
+        def pool(size: int, name: str) -> AsyncConnectionPool:
+            return AsyncConnectionPool(
+                conninfo, min_size=size, max_size=size, open=False,
+                kwargs={"autocommit": True, "prepare_threshold": 0}, name=name,
+            )  # fmt: skip
+
+        self._batches = pool(self.BATCHES_IN_FLIGHT, "inbox-accept")
+        self._lookups = pool(self.LOOKUPS_IN_FLIGHT + self.NOTIFIERS, "inbox-lookup")
         self._queue: list[tuple[dict[str, object], asyncio.Future[bool]]] = []
         self._queued = asyncio.Event()
         self._flushers: list[asyncio.Task[None]] = []
@@ -119,10 +125,10 @@ class PostgresInboxWriter:
         self._notify_again = False
 
     async def open(self) -> None:
-        """Connect the pool and start the flushers (at start-up, so no acknowledgement waits)."""
+        """Connect the pools and start the flushers (at start-up, so no acknowledgement waits)."""
         async with self._opening:
             if not self._flushers:
-                await self._pool.open(wait=True, timeout=10)
+                await asyncio.gather(self._batches.open(wait=True, timeout=10), self._lookups.open(wait=True, timeout=10))
                 self._flushers = [
                     asyncio.create_task(self._flush_forever(), name=f"inbox-flush-{n}")
                     for n in range(self.BATCHES_IN_FLIGHT)
@@ -141,19 +147,19 @@ class PostgresInboxWriter:
         """Whether a live conversation exists for the thread: one prepared query, one round trip."""
         if not self._flushers:
             await self.open()
-        async with self._pool.connection() as conn:
+        async with self._lookups.connection() as conn:
             cursor = await conn.execute(LIVE_THREAD_SQL, (thread_key,), prepare=True)
             return await cursor.fetchone() is not None
 
     async def close(self) -> None:
-        """Commit what is queued (its callers may have stopped waiting), then close the pool."""
+        """Commit what is queued (its callers may have stopped waiting), then close the pools."""
         self._closing = True
         self._queued.set()
         await asyncio.gather(*self._flushers, return_exceptions=True)
         self._flushers = []
         if self._notifier is not None:
             await asyncio.gather(self._notifier, return_exceptions=True)
-        await self._pool.close()
+        await asyncio.gather(self._batches.close(), self._lookups.close())
 
     async def _flush_forever(self) -> None:
         while True:
@@ -194,7 +200,7 @@ class PostgresInboxWriter:
         while True:
             self._notify_again = False
             try:
-                async with self._pool.connection() as conn:
+                async with self._lookups.connection() as conn:
                     await conn.execute(_NOTIFY_SQL, prepare=True)
             except psycopg.Error as exc:  # the other replicas' poll finds the work
                 log.warning("inbox notification failed (%s); other replicas will poll", type(exc).__name__)
@@ -204,7 +210,7 @@ class PostgresInboxWriter:
     async def _insert(self, rows: list[dict[str, object]]) -> set[str]:
         """The batch in one statement; returns the event ids it stored."""
         columns: dict[str, list[object]] = {name: [row[name] for row in rows] for name, _ in _ARRAYS}
-        async with self._pool.connection() as conn:
+        async with self._batches.connection() as conn:
             cursor = await conn.execute(_ACCEPT_SQL, columns, prepare=True)
             return {event_id for (event_id,) in await cursor.fetchall()}
 
