@@ -19,6 +19,7 @@ import psycopg
 import pymysql
 import pytest
 
+from agent_core.data.availability import PrivilegedSourceError, verify_sources
 from agent_core.data.errors import (
     DataSourceConfigError,
     QueryFailed,
@@ -26,11 +27,7 @@ from agent_core.data.errors import (
     TableNotFound,
     UnsafeSQLError,
 )
-from agent_core.data.privileges import (
-    PrivilegedSourceError,
-    check_source_privileges,
-    verify_sources,
-)
+from agent_core.data.privileges import check_source_privileges
 from agent_core.data.source_config import DataSourceConfig, is_allowed, parse_datasources
 from agent_core.data.sources import (
     _execute_on_source,
