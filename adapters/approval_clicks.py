@@ -9,11 +9,11 @@ nothing is stored. A decision is accepted as the approval's one inbox event, so 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from adapters.base import AcceptMessage, AcceptOutcome, LookupApproval
 from agent_core.governance.approval import ApprovalStatus, may_decide
 from agent_core.i18n import Language, t
+from agent_core.messages import ClickChoice
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ async def accept_click(
     *,
     platform: str,
     approval_id: str,
-    choice: Literal["approve", "reject"],
+    choice: ClickChoice,
     user: str,
     user_name: str | None,
     event_id: str,

@@ -8,6 +8,9 @@ client on the way out, and starts a new one — when the coroutine ends or raise
 has arrived for `silence_timeout_s` (a socket that is open but dead, a reconnect stuck in a
 handshake). The first replacement is immediate, further ones back off. The state it keeps is what
 /readyz reports.
+
+`SupervisedConnection` is the face both platforms' connections show their adapter (`start`,
+`stop`, `state`, `status`); each supplies only `_connect`, its one client.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Protocol
@@ -25,6 +29,10 @@ from agent_core.retry import backoff_delay_s
 log = logging.getLogger(__name__)
 
 _CHECK_EVERY_S = 0.5
+# aiohttp waits up to 10 s for the peer's close frame, which a dead peer never sends.
+CLOSE_TIMEOUT_S = 2.0
+# On close, events being committed get this long to finish and be acknowledged.
+DRAIN_TIMEOUT_S = 5.0
 
 
 class ConnectionMonitor(Protocol):
@@ -169,3 +177,36 @@ class ConnectionSupervisor:
         self._state = state
         if state != ConnectionState.CONNECTED:
             self._connected_since = None
+
+
+class SupervisedConnection(ABC):
+    """A long-lived platform connection kept running by its own `ConnectionSupervisor`."""
+
+    def __init__(self, name: str, *, silence_timeout_s: float, max_restart_backoff_s: float) -> None:
+        self._supervisor = ConnectionSupervisor(
+            name,
+            self._connect,
+            silence_timeout_s=silence_timeout_s,
+            max_restart_backoff_s=max_restart_backoff_s,
+        )
+
+    @property
+    def state(self) -> ConnectionState:
+        """connecting, connected, reconnecting or stopped."""
+        return self._supervisor.state
+
+    def status(self) -> ConnectionStatus:
+        """A snapshot for readiness checks."""
+        return self._supervisor.status()
+
+    async def start(self) -> None:
+        """Start connecting; returns at once (see `state`)."""
+        await self._supervisor.start()
+
+    async def stop(self) -> None:
+        """Stop taking events, let those being committed be acknowledged, close the connection."""
+        await self._supervisor.stop()
+
+    @abstractmethod
+    async def _connect(self, monitor: ConnectionMonitor) -> None:
+        """Run one client until cancelled (the supervisor's connection coroutine)."""

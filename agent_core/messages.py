@@ -122,11 +122,17 @@ class Attachment(BaseModel):
     url: str | None = None
 
 
+# What a person's click on an approval request asks for (its buttons' values on every platform).
+ClickChoice = Literal["approve", "reject"]
+# What a decision asks for: a click, or the expiry sweep's "expire".
+ApprovalChoice = Literal[ClickChoice, "expire"]
+
+
 class ApprovalClick(BaseModel):
     """A decision on an approval request posted in a thread (a button, or the expiry sweep)."""
 
     approval_id: str
-    choice: Literal["approve", "reject", "expire"]
+    choice: ApprovalChoice
 
 
 class InboundMessage(BaseModel):

@@ -23,7 +23,7 @@ def verify_start_up(settings: Settings) -> None:
     verify_monitors_file(settings)
     if not settings.datasources:
         return
-    from agent_core.data.privileges import PrivilegedSourceError, verify_sources
+    from agent_core.data.availability import PrivilegedSourceError, verify_sources
 
     try:
         verify_sources(settings.datasources, logging.getLogger("gateway.datasources"))

@@ -39,24 +39,11 @@ from gateway.config import load_settings
 from gateway.jobs.scheduler import Scheduler
 from gateway.service.inbox import Inbox
 from gateway.service.runtime import scheduler_config
+from tests.policies import sales_policy
 from tests.serve_process import BA_AGENT, clean_env
 from tests.test_semantic import build_duckdb, write_warehouse_yaml
 
-POLICY = """\
-groups:
-  east_sales: [slack:U01EAST]
-  finance: [slack:U02FIN]
-sources:
-  dwh:
-    groups: [east_sales, finance, default]
-    tables:
-      orders:
-        row_filters:
-          east_sales: "region = 'East'"
-          finance: "true"
-channels:
-  slack:C0SALES: east_sales
-"""
+POLICY = sales_policy(channels={"slack:C0SALES": "east_sales"})
 EAST_ONLY = "region = 'East'"
 
 

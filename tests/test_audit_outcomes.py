@@ -26,20 +26,10 @@ from agent_core.tools.standard import default_tools
 from gateway.config import load_settings
 from gateway.migrate import upgrade
 from tests.conftest import _drop_schema, _new_schema
+from tests.policies import EAST_ONLY_POLICY
 from tests.serve_process import BA_AGENT, clean_env
 from tests.test_semantic import build_duckdb, write_warehouse_yaml
 
-POLICY = """\
-groups:
-  east_sales: [slack:U01EAST]
-sources:
-  dwh:
-    groups: [east_sales]
-    tables:
-      orders:
-        row_filters:
-          east_sales: "region = 'East'"
-"""
 # Far slower than a 0.2 s statement timeout on DuckDB (40^7 combinations of the East rows).
 SLOW = (
     "SELECT count(*) AS n FROM orders a, orders b, orders c, orders d, orders e, orders f, orders g "
@@ -52,7 +42,7 @@ PROBE = "SELECT CAST(region || '|' || CAST(amount AS VARCHAR) AS INTEGER) AS n F
 def governed_env(tmp_path: Path) -> dict[str, str]:
     warehouse = tmp_path / "dwh.duckdb"
     build_duckdb(warehouse)
-    (tmp_path / "access.yaml").write_text(POLICY)
+    (tmp_path / "access.yaml").write_text(EAST_ONLY_POLICY)
     return {
         "BA_DATASOURCES": json.dumps({"dwh": {"url": f"duckdb://{warehouse}", "statement_timeout_s": 0.2}}),
         "BA_ACCESS_POLICY": str(tmp_path / "access.yaml"),

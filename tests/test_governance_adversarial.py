@@ -30,6 +30,7 @@ from agent_core.governance.audience import Identity
 from agent_core.governance.columns import SourceColumns
 from agent_core.governance.loader import load_policy
 from agent_core.governance.policy import AccessPolicy
+from tests.policies import sales_policy
 from tests.test_sources import PG_URL, _ensure_server, _start_postgres_command
 
 ORDERS = [
@@ -45,21 +46,7 @@ CUSTOMERS = [(i, f"c{i}") for i in range(1, 7)]
 # Any of these in an answer or an error message is a leak.
 PROTECTED_MARKERS = ("@secret", "West", "7004", "7005", "7006")
 
-POLICY_YAML = """\
-groups:
-  east_sales: [slack:U01EAST]
-  finance: [slack:U02FIN]
-sources:
-  dwh:
-    groups: [east_sales, finance, default]
-    tables:
-      orders:
-        row_filters:
-          east_sales: "region = 'East'"
-          finance: "true"
-        hidden_columns: [customer_email]
-        column_grants: {finance: [customer_email]}
-"""
+POLICY_YAML = sales_policy(hidden_columns=["customer_email"])
 EAST_DM = Identity(platform="slack", user="U01EAST", is_dm=True)
 
 

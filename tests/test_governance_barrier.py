@@ -50,6 +50,7 @@ from agent_core.run_context import RunContext
 from agent_core.store.db import create_engine, session_factory
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools.analytics_tools import AttributeChangeTool, DetectAnomaliesTool
+from tests.policies import sales_policy
 from tests.readonly_warehouse import mariadb_readonly, postgres_readonly
 from tests.serve_process import BA_AGENT, clean_env
 from tests.test_semantic import build_duckdb, write_warehouse_yaml
@@ -74,21 +75,7 @@ SECRET_DEFAULT = "top-secret-note"  # the default of a hidden column added after
 # Any of these in an answer or an error text is a leak (unless the query itself wrote it).
 PROTECTED_MARKERS = ("EAST-123", "98765", "@secret", SECRET_DEFAULT, "-5.00", "West")
 
-POLICY_YAML = """\
-groups:
-  east_sales: [slack:U01EAST]
-  finance: [slack:U02FIN]
-sources:
-  dwh:
-    groups: [east_sales, finance, default]
-    tables:
-      orders:
-        row_filters:
-          east_sales: "region = 'East'"
-          finance: "true"
-        hidden_columns: [customer_email, secret_note]
-        column_grants: {finance: [customer_email, secret_note]}
-"""
+POLICY_YAML = sales_policy(hidden_columns=["customer_email", "secret_note"])
 EAST_DM = Identity(platform="slack", user="U01EAST", is_dm=True)
 FINANCE_DM = Identity(platform="slack", user="U02FIN", is_dm=True)
 

@@ -21,27 +21,14 @@ from agent_core.data.source_config import DataSourceConfig
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.store.db import create_engine, session_factory
 from agent_core.tools.schema_tools import SearchSchemaInput, SearchSchemaTool, search_schema_tool
+from tests.policies import sales_policy
 
-POLICY = """\
-groups:
-  east_sales: [slack:U01EAST]
-  finance: [slack:U02FIN]
-sources:
-  dwh:
-    groups: [east_sales, finance, default]
-    tables:
-      orders:
-        row_filters:
-          east_sales: "region = 'East'"
-          finance: "true"
-        hidden_columns: [customer_email, Margin_Band]
-        column_grants: {finance: [customer_email, margin_band]}
-  hr:
-    groups: [finance]
-channels:
-  slack:C0FIN: finance
-  slack:C0SALES: east_sales
-"""
+POLICY = sales_policy(
+    hidden_columns=["customer_email", "Margin_Band"],
+    granted_columns=["customer_email", "margin_band"],
+    hr_source=True,
+    channels={"slack:C0FIN": "finance", "slack:C0SALES": "east_sales"},
+)
 # Low-cardinality text: the catalog keeps every distinct value of each of these columns.
 ORDERS = [
     (1, "East", "amy@secret.example", "thin", "retail", 100.0),

@@ -12,23 +12,10 @@ from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention, message
 from tests.harness import gateway_settings, running_gateway
+from tests.policies import sales_policy
 from tests.test_semantic import build_duckdb
 
-POLICY = """\
-groups:
-  east_sales: [slack:U01EAST]
-  finance: [slack:U02FIN]
-sources:
-  dwh:
-    groups: [east_sales, finance, default]
-    tables:
-      orders:
-        row_filters:
-          east_sales: "region = 'East'"
-          finance: "true"
-channels:
-  slack:C0FIN: finance
-"""
+POLICY = sales_policy(channels={"slack:C0FIN": "finance"})
 SHAPED = "Limited by the access policy to what may be shown here"
 
 

@@ -18,27 +18,10 @@ from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools.data_tools import DescribeTableTool, ListTablesTool
 from agent_core.tools.sql import SqlQueryTool
+from tests.policies import sales_policy
 from tests.serve_process import BA_AGENT, clean_env
 
-POLICY = """\
-groups:
-  east_sales: [slack:U01EAST]
-  finance: [slack:U02FIN]
-sources:
-  dwh:
-    groups: [east_sales, finance, default]
-    tables:
-      orders:
-        row_filters:
-          east_sales: "region = 'East'"
-          finance: "true"
-        hidden_columns: [customer_email]
-        column_grants: {finance: [customer_email]}
-  hr:
-    groups: [finance]
-channels:
-  slack:C0SALES: east_sales
-"""
+POLICY = sales_policy(hidden_columns=["customer_email"], hr_source=True, channels={"slack:C0SALES": "east_sales"})
 ROWS = [
     (1, "East", "e1@secret.example", 100.0),
     (2, "East", "e2@secret.example", 200.0),

@@ -35,6 +35,7 @@ from tests.fakes.feishu_events import bot_mention, encrypted_body, signed_header
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention
 from tests.harness import Gateway, feishu_gateway_settings, gateway_settings, running_gateway
+from tests.policies import EAST_ONLY_POLICY
 from tests.test_feishu_adapter import fake_config, group_mention
 from tests.test_metrics_e2e import (  # the warehouse fixtures are shared with test_metrics_e2e
     EAST_GMV,
@@ -273,17 +274,6 @@ async def test_a_long_feishu_answer_keeps_every_card_within_limits_and_ends_with
 
 # --- what is recorded -----------------------------------------------------------------------------
 
-POLICY = """\
-groups:
-  east_sales: [slack:U01EAST]
-sources:
-  dwh:
-    groups: [east_sales]
-    tables:
-      orders:
-        row_filters:
-          east_sales: "region = 'East'"
-"""
 
 
 async def test_the_recorded_sql_is_the_sql_the_access_policy_let_run(tmp_path: Path) -> None:
@@ -291,7 +281,7 @@ async def test_the_recorded_sql_is_the_sql_the_access_policy_let_run(tmp_path: P
     with duckdb.connect(str(path)) as conn:
         conn.execute("CREATE TABLE orders (id INTEGER, region VARCHAR, ordered_at DATE, amount DOUBLE)")
         conn.execute("INSERT INTO orders VALUES (1, 'East', DATE '2026-01-03', 100), (2, 'West', DATE '2026-02-01', 7)")
-    (tmp_path / "access.yaml").write_text(POLICY)
+    (tmp_path / "access.yaml").write_text(EAST_ONLY_POLICY)
     policy = load_policy(tmp_path / "access.yaml", {"dwh": "duckdb"})
     sources = {"dwh": DataSourceConfig(name="dwh", url=f"duckdb://{path}")}
     ctx = RunContext(

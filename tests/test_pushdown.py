@@ -36,6 +36,7 @@ from agent_core.tools.analytics_tools import (
     DetectAnomaliesTool,
 )
 from agent_core.tools.charts import MakeChartTool
+from tests.policies import EAST_ONLY_POLICY
 from tests.test_semantic import ORDERS, build_duckdb, write_warehouse_yaml
 
 WEEK_BEFORE = {"start": "2026-10-13", "end": "2026-10-19"}
@@ -230,16 +231,8 @@ def test_a_metric_input_excludes_the_row_forms() -> None:
 
 # --- under an access policy ------------------------------------------------------------------
 
-POLICY = """\
-groups:
-  east_sales: [slack:U01EAST]
-sources:
-  dwh:
-    groups: [east_sales]
-    tables:
-      orders:
-        row_filters:
-          east_sales: "region = 'East'"
+# The East-only policy, with customer ids hidden and the gmv metric behind an approval.
+POLICY = EAST_ONLY_POLICY + """\
         hidden_columns: [customer_id]
 metrics:
   gmv: {require_approval: true}

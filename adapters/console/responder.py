@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
-from typing import Literal, TextIO
+from typing import TextIO
 
 from adapters.approval_clicks import accept_click
 from adapters.base import GatewayServices
 from agent_core.governance.approval import ApprovalStatus, ApprovalView
 from agent_core.i18n import Language, t
-from agent_core.messages import InboundMessage, OutboundReply, new_id
+from agent_core.messages import ClickChoice, InboundMessage, OutboundReply, new_id
 from agent_core.monitors.model import AlertView
 
 PLATFORM = "console"
@@ -100,7 +100,7 @@ class ConsoleResponder:
         self._out.write("\n" + "".join(f"  {line}\n" for line in asked.splitlines()) + f"  SQL: {request.sql}\n")
         self._out.flush()
         line = await asyncio.to_thread(self._read_line, "  " + t(language, "approve? [y/N]") + " ")
-        choice: Literal["approve", "reject"] = "approve" if line.strip().lower() in _YES else "reject"
+        choice: ClickChoice = "approve" if line.strip().lower() in _YES else "reject"
         services = self._services
         if services is not None and services.approvals is not None:
             await accept_click(

@@ -13,8 +13,10 @@ from typing import Any
 
 from agent_core.governance.approval import ApprovalStatus, ApprovalView
 from agent_core.i18n import Language, t
+from agent_core.messages import ClickChoice
 
-APPROVE, REJECT = "approve", "reject"
+APPROVE: ClickChoice = "approve"
+REJECT: ClickChoice = "reject"
 # Feishu refuses a markdown element's text past this many characters; the SQL is shown collapsed.
 _MAX_SQL_CHARS = 2_900
 
@@ -93,7 +95,7 @@ def _outcome(view: ApprovalView, language: Language) -> tuple[str, str]:
     return t(language, "Withdrawn"), "↩️ " + t(language, "Withdrawn: a newer message came first")
 
 
-def _button_column(approval_id: str, choice: str, label: str, kind: str) -> dict[str, Any]:
+def _button_column(approval_id: str, choice: ClickChoice, label: str, kind: str) -> dict[str, Any]:
     return {
         "tag": "column",
         "width": "auto",

@@ -22,7 +22,7 @@ from adapters.approval_clicks import ClickAnswer, accept_click
 from adapters.base import AcceptMessage, ActOnAlert, FeedbackActions, FeedbackClick, LookupApproval
 from adapters.feishu.events import CARD_ACTION, PLATFORM, Ignored, MalformedEvent
 from agent_core.i18n import Language, t
-from agent_core.messages import InboundMessage, ThreadKey
+from agent_core.messages import ClickChoice, InboundMessage, ThreadKey
 from agent_core.monitors.model import AlertStatus, AlertView, MonitorAction
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class _Operator(BaseModel):
 
 class _ApprovalValue(BaseModel):
     approval_id: str
-    choice: Literal["approve", "reject"]
+    choice: ClickChoice
 
 
 class _AlertValue(BaseModel):
@@ -99,7 +99,7 @@ class ApprovalCardClick(BaseModel):
     event_id: str
     user: str  # the clicker's open_id
     approval_id: str
-    choice: Literal["approve", "reject"]
+    choice: ClickChoice
 
 
 class AlertCardClick(BaseModel):
@@ -305,7 +305,7 @@ class CardActions:
         return alert_reply(alert, click.user)
 
 
-def approval_reply(answer: ClickAnswer, choice: str) -> dict[str, Any]:
+def approval_reply(answer: ClickAnswer, choice: ClickChoice) -> dict[str, Any]:
     """The toast answering an approval click."""
     if answer.accepted:
         done = (

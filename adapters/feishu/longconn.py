@@ -35,12 +35,12 @@ import aiohttp
 from aiohttp import ClientWebSocketResponse, WSMsgType
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from adapters.base import AcceptMessage, ConnectionState, ConnectionStatus
+from adapters.base import AcceptMessage
 from adapters.feishu.card_actions import CardActions
 from adapters.feishu.config import FeishuConfig
 from adapters.feishu.events import KnownThread, MalformedEvent
 from adapters.feishu.pipeline import BotIdentityUnavailable, BotOpenIdProvider, FeishuEventPipeline
-from adapters.supervisor import ConnectionMonitor, ConnectionSupervisor
+from adapters.supervisor import CLOSE_TIMEOUT_S, DRAIN_TIMEOUT_S, ConnectionMonitor, SupervisedConnection
 
 if TYPE_CHECKING:
     from lark_oapi.ws.pb.pbbp2_pb2 import Frame
@@ -50,10 +50,6 @@ log = logging.getLogger(__name__)
 ENDPOINT_PATH = "/callback/ws/endpoint"
 CONTROL, DATA = 0, 1  # Frame.method
 _HTTP_TIMEOUT_S = 30.0
-# aiohttp waits up to 10 s for the peer's close frame, which a dead peer never sends.
-_CLOSE_TIMEOUT_S = 2.0
-# On close, events being committed get this long to finish and be acknowledged.
-_DRAIN_TIMEOUT_S = 5.0
 # Parts of a split payload wait this long for the rest (as lark-oapi's client).
 _PARTS_TTL_S = 5.0
 # Endpoint codes that mean "try again later"; any other refusal is the app's (credentials, limits).
@@ -94,7 +90,7 @@ class _EndpointReply(BaseModel):
     data: _Endpoint | None = None
 
 
-class FeishuLongConnection:
+class FeishuLongConnection(SupervisedConnection):
     """Receives Feishu events over a long connection and hands messages to `accept`."""
 
     def __init__(
@@ -109,29 +105,11 @@ class FeishuLongConnection:
     ) -> None:
         self._config = config
         self._pipeline = FeishuEventPipeline(config, accept, bot_open_id_provider, known_thread, card_actions)
-        self._supervisor = ConnectionSupervisor(
+        super().__init__(
             "feishu long connection",
-            self._connect,
             silence_timeout_s=config.ws_silence_timeout_s,
             max_restart_backoff_s=max_restart_backoff_s,
         )
-
-    @property
-    def state(self) -> ConnectionState:
-        """connecting, connected, reconnecting or stopped."""
-        return self._supervisor.state
-
-    def status(self) -> ConnectionStatus:
-        """A snapshot for readiness checks."""
-        return self._supervisor.status()
-
-    async def start(self) -> None:
-        """Start connecting; returns at once (see `state`)."""
-        await self._supervisor.start()
-
-    async def stop(self) -> None:
-        """Close the connection (events being committed are acknowledged first)."""
-        await self._supervisor.stop()
 
     async def _connect(self, monitor: ConnectionMonitor) -> None:
         """Run one client until cancelled (the supervisor's connection coroutine)."""
@@ -198,7 +176,7 @@ class _Client:
         except (KeyError, ValueError):
             raise LongConnectionUnavailable("the endpoint URL names no service_id") from None
         try:
-            return await self._http.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=_CLOSE_TIMEOUT_S))
+            return await self._http.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT_S))
         except aiohttp.WSServerHandshakeError as exc:
             raise _handshake_refusal(exc) from None
         except aiohttp.ClientError as exc:  # its text may quote the URL, whose query has a ticket
@@ -249,7 +227,7 @@ class _Client:
         finally:
             pinger.cancel()
             if handlers:
-                _, late = await asyncio.wait(set(handlers), timeout=_DRAIN_TIMEOUT_S)
+                _, late = await asyncio.wait(set(handlers), timeout=DRAIN_TIMEOUT_S)
                 for task in late:
                     task.cancel()
             await ws.close()

@@ -372,11 +372,6 @@ class FeishuResponder:
         except FeishuApiError as exc:
             raise AttachmentError(f"Feishu refused the download (code {exc.code})") from exc
 
-    async def _post_markdown(
-        self, msg: InboundMessage, markdown: str, key: str, provenance: Provenance | None = None
-    ) -> None:
-        await self._post_part(msg, render.CardPart(markdown), key, provenance)
-
     async def _post_part(
         self,
         msg: InboundMessage,

@@ -40,10 +40,9 @@ from adapters.approval_clicks import accept_click
 from adapters.base import ConnectionStatus, CredentialStatus, FeedbackClick, GatewayServices, Handler, Route
 from adapters.credentials import CredentialCheck, CredentialsRefused
 from adapters.slack.alerts import ACTIONS, already_done
-from adapters.slack.config import SlackConfig
+from adapters.slack.config import INSTALL_PATH, REDIRECT_PATH, SlackConfig
 from adapters.slack.events import Ignored, MalformedEvent, candidate_thread, check_envelope, parse_event, parse_stop
 from adapters.slack.installations import BotTokens, Installations
-from adapters.slack.platform import INSTALL_PATH, REDIRECT_PATH
 from adapters.slack.render import (
     APPROVE_ACTION,
     EXAMPLE_APPROVE_ACTION,
@@ -138,7 +137,7 @@ class SlackAdapter:
         self._credentials = CredentialCheck("slack", self._check_credentials)
         self.socket_mode: SlackSocketMode | None = None
         if config.mode == "socket" and config.app_token is not None:
-            # Imported here: socket_mode builds on this module's SlackAdapter.
+            # Imported here: the SDK's Socket Mode client loads only in socket mode.
             from adapters.slack.socket_mode import SlackSocketMode
 
             self.socket_mode = SlackSocketMode(self.bolt, config.app_token, config.api_url)

@@ -1,4 +1,5 @@
-"""Settings of the Slack adapter: the SLACK_* environment variables (and `.env`)."""
+"""Settings of the Slack adapter: the SLACK_* environment variables (and `.env`), and the paths of
+the OAuth install flow they configure."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ from pydantic_settings import SettingsConfigDict
 
 from adapters.base import PlatformSettings
 from adapters.slack.scopes import bot_scopes
+
+# slack-bolt's default paths of the OAuth install flow ("Add to Slack" and Slack's redirect back).
+INSTALL_PATH = "/slack/install"
+REDIRECT_PATH = "/slack/oauth_redirect"
 
 
 class SlackConfig(PlatformSettings):

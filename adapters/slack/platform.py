@@ -6,11 +6,7 @@ Light to import: slack-bolt and slack-sdk load in `build`, only when Slack is co
 from __future__ import annotations
 
 from adapters.base import GatewayServices, Platform, PlatformAdapter, Route
-from adapters.slack.config import SlackConfig
-
-# slack-bolt's default paths of the OAuth install flow ("Add to Slack" and Slack's redirect back).
-INSTALL_PATH = "/slack/install"
-REDIRECT_PATH = "/slack/oauth_redirect"
+from adapters.slack.config import INSTALL_PATH, REDIRECT_PATH, SlackConfig
 
 
 class SlackPlatform(Platform[SlackConfig]):

@@ -32,15 +32,10 @@ from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.base import ConnectionState, ConnectionStatus
-from adapters.supervisor import ConnectionMonitor, ConnectionSupervisor
+from adapters.supervisor import CLOSE_TIMEOUT_S, DRAIN_TIMEOUT_S, ConnectionMonitor, SupervisedConnection
 
 log = logging.getLogger(__name__)
 
-# aiohttp waits up to 10 s for the peer's close frame, which a dead peer never sends.
-_CLOSE_TIMEOUT_S = 2.0
-# On close, envelopes being committed get this long to finish and be acknowledged.
-_DRAIN_TIMEOUT_S = 5.0
 # Frames that prove the peer is alive; CLOSE, CLOSING, CLOSED and ERROR mean the socket is gone.
 _LIVE_FRAMES = frozenset({WSMsgType.TEXT, WSMsgType.BINARY, WSMsgType.PING, WSMsgType.PONG})
 
@@ -61,9 +56,9 @@ def _frame_reporting_websocket(report: FrameReport) -> type[ClientWebSocketRespo
     return FrameReportingWebSocket
 
 
-class SlackSocketMode:
+class SlackSocketMode(SupervisedConnection):
     """Feeds Slack events received over Socket Mode to the adapter's bolt app (the same dispatch
-    as its HTTP endpoint); `start()`, `stop()`, `status()`."""
+    as its HTTP endpoint)."""
 
     def __init__(
         self,
@@ -88,33 +83,13 @@ class SlackSocketMode:
         # The app token is passed per call; this client holds no token of its own.
         self._web_client = AsyncWebClient(base_url=api_url)
         self._ping_interval_s = ping_interval_s
-        self._supervisor = ConnectionSupervisor(
-            "slack socket mode",
-            self._connect,
-            silence_timeout_s=silence_timeout_s,
-            max_restart_backoff_s=max_restart_backoff_s,
-        )
         self._handler: AsyncSocketModeHandler | None = None
         self._monitor: ConnectionMonitor | None = None
         # Envelopes between receipt and ack, so that closing a client lets them finish.
         self._in_flight: set[asyncio.Task[Any]] = set()
-
-    @property
-    def state(self) -> ConnectionState:
-        """connecting, connected, reconnecting or stopped."""
-        return self._supervisor.state
-
-    def status(self) -> ConnectionStatus:
-        """A snapshot for readiness checks."""
-        return self._supervisor.status()
-
-    async def start(self) -> None:
-        """Open the connection and start supervising it; returns at once (see `state`)."""
-        await self._supervisor.start()
-
-    async def stop(self) -> None:
-        """Stop taking envelopes, let those being committed be acknowledged, close the connection."""
-        await self._supervisor.stop()
+        super().__init__(
+            "slack socket mode", silence_timeout_s=silence_timeout_s, max_restart_backoff_s=max_restart_backoff_s
+        )
 
     # --- one client --------------------------------------------------------------------------
 
@@ -147,7 +122,7 @@ class SlackSocketMode:
             await asyncio.get_running_loop().create_future()
         finally:
             if self._in_flight:
-                await asyncio.wait(set(self._in_flight), timeout=_DRAIN_TIMEOUT_S)
+                await asyncio.wait(set(self._in_flight), timeout=DRAIN_TIMEOUT_S)
             self._handler = self._monitor = None
             await _close(client)
 
@@ -179,7 +154,7 @@ class SlackSocketMode:
 
 async def _close(client: AsyncBaseSocketModeClient) -> None:
     try:
-        async with asyncio.timeout(_CLOSE_TIMEOUT_S):
+        async with asyncio.timeout(CLOSE_TIMEOUT_S):
             await client.close()
     except TimeoutError:
         # Stuck waiting for a dead peer's close frame. The websocket is marked closed by now, so

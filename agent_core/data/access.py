@@ -35,7 +35,7 @@ from agent_core.data.interrupt import interruptible
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.governance.audience import Identity
 from agent_core.governance.audit import AuditUnavailable, DataAccess, Outcome
-from agent_core.governance.budget import MIN_QUERY_COST, DailyRowLimitReached, Reservation
+from agent_core.governance.budget import MIN_QUERY_COST, DailyRowLimitReached, Reservation, budget_beside
 from agent_core.governance.columns import SourceColumns
 from agent_core.governance.enforce import enforce
 from agent_core.governance.errors import AccessDenied
@@ -107,7 +107,7 @@ class SourceAccess:
         self.checks = checks  # which sources passed their privilege check
         self.policy = policy
         self.audit = audit
-        self.budget = budget if budget is not None else (audit.budget if audit is not None else None)
+        self.budget = budget if budget is not None else (budget_beside(audit) if audit is not None else None)
         self.columns = SourceColumns()  # each table's column names, asked once per process
 
     async def record_refusal(self, ctx: RunContext, source: str, *, tool: str, error: str, sql: str = "") -> None:

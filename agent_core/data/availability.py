@@ -11,18 +11,21 @@ check passes. A process that did not run the start-up check (a worker, `tool run
 source before its first query.
 
 One registry per process (`SOURCE_CHECKS`): the start-up check, every `SourceAccess` and
-``/readyz`` share it.
+``/readyz`` share it. At start-up `verify_sources` raises :class:`PrivilegedSourceError`
+(naming the source, the privilege and how to create a read-only role) unless the source sets
+``"allow_privileged": true``; an accepted privileged source is logged at WARNING on every start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from agent_core.data.errors import DataError
+from agent_core.data.errors import DataError, DataSourceConfigError
 from agent_core.data.source_config import DataSourceConfig
 
 if TYPE_CHECKING:
@@ -34,6 +37,17 @@ RECHECK_AFTER_S = 30.0
 REVALIDATE_AFTER_S = 3600.0
 UNREACHABLE = "its database could not be reached to check that the bot's role can only read it"
 PRIVILEGED = "its database role can do more than read (see the service's start-up log)"
+
+
+class PrivilegedSourceError(DataSourceConfigError):
+    """One or more sources connect with a role that can do more than read.
+
+    ``problems`` maps each refused source's name to what its role can do.
+    """
+
+    def __init__(self, message: str, problems: dict[str, list[str]]) -> None:
+        super().__init__(message)
+        self.problems = problems
 
 
 class SourceUnavailable(DataError):
@@ -143,3 +157,73 @@ def _key(cfg: DataSourceConfig) -> _Key:
 
 
 SOURCE_CHECKS = SourceChecks()
+
+
+def verify_sources(
+    configs: Mapping[str, DataSourceConfig] | Iterable[DataSourceConfig],
+    logger: logging.Logger | None = None,
+    *,
+    strict: bool = False,
+) -> dict[str, list[str]]:
+    """Check every source's role at start-up; refuse privileged ones unless overridden.
+
+    For each source whose role can do more than read (see :func:`agent_core.data.privileges.check_source_privileges`):
+    with ``"allow_privileged": true`` a WARNING naming the privileges is logged (on every
+    start); otherwise the source is refused. All sources are checked before raising
+    :class:`PrivilegedSourceError`, whose message names each refused source, its privileges
+    and how to create a read-only role.
+
+    A source that cannot be reached is logged at WARNING and stays unavailable until its check
+    passes (see the module docstring; the bot still starts when one database is down), or
+    is refused when ``strict`` is true.
+
+    Returns the problems of the sources that were accepted despite them (overridden ones).
+    """
+    from agent_core.data.privileges import check_source_privileges, read_only_role_instructions
+
+    log = logger or logging.getLogger(__name__)
+    sources = list(configs.values()) if isinstance(configs, Mapping) else list(configs)
+    refused: dict[str, list[str]] = {}
+    accepted: dict[str, list[str]] = {}
+    for cfg in sources:
+        try:
+            problems = check_source_privileges(cfg)
+        except DataError as error:
+            SOURCE_CHECKS.mark_unavailable(cfg, UNREACHABLE)
+            if strict:
+                refused[cfg.name] = [f"its privileges could not be checked ({error})"]
+            else:
+                log.warning(
+                    "data source %r: could not check its database privileges (%s); it stays "
+                    "unavailable until the check passes (tried again when it is next used)",
+                    cfg.name,
+                    error,
+                )
+            continue
+        if not problems or cfg.allow_privileged:
+            SOURCE_CHECKS.mark_passed(cfg)
+        if not problems:
+            continue
+        if cfg.allow_privileged:
+            accepted[cfg.name] = problems
+            log.warning(
+                "data source %r connects as a role that can do more than read (%s); accepted "
+                "because it sets allow_privileged. %s",
+                cfg.name,
+                "; ".join(problems),
+                read_only_role_instructions(cfg),
+            )
+        else:
+            refused[cfg.name] = problems
+    if refused:
+        by_name = {cfg.name: cfg for cfg in sources}
+        paragraphs = [
+            f"Data source {name!r} ({by_name[name].safe_url}) connects as a database role that "
+            f"can do more than read: {'; '.join(problems)}. "
+            f"{read_only_role_instructions(by_name[name])} To accept the risk instead, set "
+            f'"allow_privileged": true on this source in BA_DATASOURCES (logged at WARNING on '
+            f"every start)."
+            for name, problems in refused.items()
+        ]
+        raise PrivilegedSourceError("\n".join(paragraphs), refused)
+    return accepted

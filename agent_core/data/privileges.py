@@ -1,4 +1,4 @@
-"""Start-up check that each configured source's database role can only read.
+"""The check that a configured source's database role can only read.
 
 The SQL guard and the read-only sessions are two layers; the database role is the third and the
 only one enforced by the server itself. A role that can do more than read turns any gap in the
@@ -23,23 +23,18 @@ reading:
   ``PROCESS``, ``ALL PRIVILEGES``, write privileges, ``PROXY``, ``WITH GRANT OPTION`` ….
 * DuckDB — nothing: the file is always opened ``read_only=True`` without external access.
 
-:func:`verify_sources` runs the check for every source at start-up and raises
-:class:`PrivilegedSourceError` (naming the source, the privilege and how to create a read-only
-role) unless the source sets ``"allow_privileged": true``; an accepted privileged source is
-logged at WARNING on every start.
+:func:`agent_core.data.availability.verify_sources` runs the check for every source at
+start-up, with :func:`read_only_role_instructions` in its refusal.
 """
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 import psycopg
 
-from agent_core.data.availability import SOURCE_CHECKS, UNREACHABLE
-from agent_core.data.errors import DataError, DataSourceConfigError, QueryFailed
+from agent_core.data.errors import QueryFailed
 from agent_core.data.source_config import DataSourceConfig, _sqlalchemy_url
 from agent_core.data.sources import _mysql_connection, _postgres_connection
 
@@ -82,17 +77,6 @@ _MYSQL_EXPLAINED: dict[str, str] = {
 }
 
 
-class PrivilegedSourceError(DataSourceConfigError):
-    """One or more sources connect with a role that can do more than read.
-
-    ``problems`` maps each refused source's name to what its role can do.
-    """
-
-    def __init__(self, message: str, problems: dict[str, list[str]]) -> None:
-        super().__init__(message)
-        self.problems = problems
-
-
 def check_source_privileges(cfg: DataSourceConfig) -> list[str]:
     """What the source's database role can do beyond reading; empty when it is read-only.
 
@@ -126,74 +110,6 @@ def read_only_role_instructions(cfg: DataSourceConfig) -> str:
             "'ba_reader'@'%' IDENTIFIED BY '…'; GRANT SELECT, SHOW VIEW ON "
             f"`{database}`.* TO 'ba_reader'@'%';"
         )
-
-
-def verify_sources(
-    configs: Mapping[str, DataSourceConfig] | Iterable[DataSourceConfig],
-    logger: logging.Logger | None = None,
-    *,
-    strict: bool = False,
-) -> dict[str, list[str]]:
-    """Check every source's role at start-up; refuse privileged ones unless overridden.
-
-    For each source whose role can do more than read (see :func:`check_source_privileges`):
-    with ``"allow_privileged": true`` a WARNING naming the privileges is logged (on every
-    start); otherwise the source is refused. All sources are checked before raising
-    :class:`PrivilegedSourceError`, whose message names each refused source, its privileges
-    and how to create a read-only role.
-
-    A source that cannot be reached is logged at WARNING and stays unavailable until its check
-    passes (`agent_core.data.availability`; the bot still starts when one database is down), or
-    is refused when ``strict`` is true.
-
-    Returns the problems of the sources that were accepted despite them (overridden ones).
-    """
-    log = logger or logging.getLogger(__name__)
-    sources = list(configs.values()) if isinstance(configs, Mapping) else list(configs)
-    refused: dict[str, list[str]] = {}
-    accepted: dict[str, list[str]] = {}
-    for cfg in sources:
-        try:
-            problems = check_source_privileges(cfg)
-        except DataError as error:
-            SOURCE_CHECKS.mark_unavailable(cfg, UNREACHABLE)
-            if strict:
-                refused[cfg.name] = [f"its privileges could not be checked ({error})"]
-            else:
-                log.warning(
-                    "data source %r: could not check its database privileges (%s); it stays "
-                    "unavailable until the check passes (tried again when it is next used)",
-                    cfg.name,
-                    error,
-                )
-            continue
-        if not problems or cfg.allow_privileged:
-            SOURCE_CHECKS.mark_passed(cfg)
-        if not problems:
-            continue
-        if cfg.allow_privileged:
-            accepted[cfg.name] = problems
-            log.warning(
-                "data source %r connects as a role that can do more than read (%s); accepted "
-                "because it sets allow_privileged. %s",
-                cfg.name,
-                "; ".join(problems),
-                read_only_role_instructions(cfg),
-            )
-        else:
-            refused[cfg.name] = problems
-    if refused:
-        by_name = {cfg.name: cfg for cfg in sources}
-        paragraphs = [
-            f"Data source {name!r} ({by_name[name].safe_url}) connects as a database role that "
-            f"can do more than read: {'; '.join(problems)}. "
-            f"{read_only_role_instructions(by_name[name])} To accept the risk instead, set "
-            f'"allow_privileged": true on this source in BA_DATASOURCES (logged at WARNING on '
-            f"every start)."
-            for name, problems in refused.items()
-        ]
-        raise PrivilegedSourceError("\n".join(paragraphs), refused)
-    return accepted
 
 
 # --- PostgreSQL ------------------------------------------------------------------------------

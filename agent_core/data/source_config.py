@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agent_core.data.errors import DataSourceConfigError, DataSourceNotAllowed
+from agent_core.data.errors import DataSourceConfigError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
@@ -118,12 +118,6 @@ def is_allowed(cfg: DataSourceConfig, channel: str | None, user: str | None) -> 
     if cfg.allowed_channels is not None and channel not in cfg.allowed_channels:
         return False
     return cfg.allowed_users is None or user in cfg.allowed_users
-
-
-def ensure_allowed(cfg: DataSourceConfig, channel: str | None, user: str | None) -> None:
-    """Raise :class:`DataSourceNotAllowed` unless :func:`is_allowed`."""
-    if not is_allowed(cfg, channel, user):
-        raise DataSourceNotAllowed(f"The data source {cfg.name!r} is not available here.")
 
 
 def _classify(url: str) -> tuple[SourceKind, Any]:

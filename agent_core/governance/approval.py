@@ -28,14 +28,6 @@ class ApprovalStatus(StrEnum):
     WITHDRAWN = "withdrawn"  # a newer message in the thread came before any decision
 
 
-class ApprovalChoice(StrEnum):
-    """What a click (or the expiry sweep) asks for."""
-
-    APPROVE = "approve"
-    REJECT = "reject"
-    EXPIRE = "expire"
-
-
 class ApprovalView(BaseModel):
     """An approval as the responders render it (the request, and its decision once made)."""
 

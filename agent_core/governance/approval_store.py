@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime, timedelta
-from typing import Literal
 
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
@@ -19,7 +18,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from agent_core.governance.approval import ApprovalStatus, ApprovalView
 from agent_core.governance.approval_table import ApprovalRow
-from agent_core.messages import ApprovalClick, InboundMessage, utcnow
+from agent_core.messages import ApprovalChoice, ApprovalClick, InboundMessage, utcnow
 from agent_core.state import ApprovalRequest
 
 
@@ -31,7 +30,7 @@ class StoredApproval(ApprovalView):
     expires_at: datetime
 
     def click(
-        self, choice: Literal["approve", "reject", "expire"], *, event_id: str, user: str, user_name: str | None = None
+        self, choice: ApprovalChoice, *, event_id: str, user: str, user_name: str | None = None
     ) -> InboundMessage:
         """The inbox event of a decision: in the asking thread, keyed by the approval
         (``message_id``), so the first decision is accepted and any later one is a duplicate."""

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from sqlmodel.ext.asyncio.session import AsyncSession
 
     from agent_core.config import AgentConfig
-    from agent_core.governance.budget import RowBudget
 
 DEFAULT_LIST_LIMIT = 100
 Outcome = Literal["succeeded", "failed", "timed_out", "refused"]
@@ -73,9 +72,12 @@ WRITE_FAILED = (
     "The query could not be recorded in the data-access audit trail, so its result is withheld. "
     "Try again shortly; if it keeps failing, an admin should check the service database."
 )
+
+
 class AuditTrail:
     """Records attempts to read data sources, in the service database; ``daily_rows`` (the
-    limit per user and UTC day, None: none) gives it the row budget kept in the same database."""
+    limit per user and UTC day, None: none) is that of the row budget kept beside it, in the same
+    database (`agent_core.governance.budget.budget_beside`)."""
 
     def __init__(
         self,
@@ -84,18 +86,9 @@ class AuditTrail:
         daily_rows: int | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
-        self._sessions = sessions
+        self.sessions = sessions
         self.daily_rows = daily_rows
-        self._clock = clock
-
-    @property
-    def budget(self) -> RowBudget | None:
-        """The daily row budget in the same service database (None without a limit)."""
-        if self.daily_rows is None:
-            return None
-        from agent_core.governance.budget import RowBudget
-
-        return RowBudget(self._sessions, self.daily_rows, clock=self._clock)
+        self.clock = clock
 
     async def record(self, access: DataAccess) -> None:
         """Append ``access``; raises `AuditUnavailable` if the database does not take it."""
@@ -105,10 +98,10 @@ class AuditTrail:
         from agent_core.governance.audit_table import DataAccessAuditRow
 
         statement = insert(DataAccessAuditRow.__table__).values(  # type: ignore[attr-defined]
-            accessed_at=self._clock(), **access.model_dump()
+            accessed_at=self.clock(), **access.model_dump()
         )
         try:
-            async with self._sessions() as session:
+            async with self.sessions() as session:
                 await (await session.connection()).execute(statement)
                 await session.commit()
         except (SQLAlchemyError, OSError) as exc:

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from agent_core.data.errors import DataError
-from agent_core.governance.audit import AuditUnavailable
+from agent_core.governance.audit import AuditTrail, AuditUnavailable
 from agent_core.messages import utcnow
 
 if TYPE_CHECKING:
@@ -61,6 +61,13 @@ class DailyRowLimitReached(DataError):
 def utc_midnight(now: datetime) -> datetime:
     """The start of ``now``'s UTC day."""
     return now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def budget_beside(trail: AuditTrail) -> RowBudget | None:
+    """The daily row budget kept in ``trail``'s service database (None without a limit)."""
+    if trail.daily_rows is None:
+        return None
+    return RowBudget(trail.sessions, trail.daily_rows, clock=trail.clock)
 
 
 @dataclass(frozen=True)

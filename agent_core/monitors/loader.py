@@ -14,46 +14,28 @@ says what to fix::
         channel: C0SALESOPS
         creator: U0OPS        # whose data permissions apply
 
-Scalars are read as written (YAML 1.1 would read ``no`` as false); duplicate keys and repeated
-monitor names are refused.
+The file is read by `agent_core.yaml_lines` (scalars as written: YAML 1.1 would read ``no`` as
+false); duplicate keys and repeated monitor names are refused.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from agent_core.monitors.model import Monitor, MonitorSpec
-
-_NULL_TAG = "tag:yaml.org,2002:null"
-_Lines = dict[tuple[str | int, ...], int]
+from agent_core.yaml_lines import Where, YamlFileError, read_lined_yaml
 
 
-class MonitorFileError(ValueError):
-    """The monitors file cannot be used; each problem names its line. A ValueError, so a
-    settings validator reports it like any other invalid setting."""
-
-    def __init__(self, path: Path, problems: list[tuple[int | None, str]]) -> None:
-        self.problems = problems
-        where = "; ".join(f"line {line}: {text}" if line else text for line, text in problems)
-        super().__init__(f"{path}: {where}")
+class MonitorFileError(YamlFileError):
+    """The monitors file cannot be used; each problem names its line."""
 
 
 def load_monitors(path: Path) -> list[Monitor]:
     """The monitors of ``path``; raises `MonitorFileError` listing every problem."""
-    try:
-        root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MonitorFileError(path, [(None, f"cannot be read ({exc})")]) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise MonitorFileError(path, [(mark.line + 1 if mark else None, f"is not valid YAML: {exc.problem}")]) from None
-    lines: _Lines = {}
-    problems: list[tuple[int | None, str]] = []
-    data = _plain(root, (), lines, problems) if root is not None else {}
+    read = read_lined_yaml(path, MonitorFileError)
+    data, lines, problems = read.data, read.lines, read.problems
     if not isinstance(data, dict) or not isinstance(data.get("monitors", []), list):
         raise MonitorFileError(path, [(lines.get(()), "expected `monitors:` with a list of monitors")])
     unknown = sorted(set(data) - {"monitors"})
@@ -61,7 +43,7 @@ def load_monitors(path: Path) -> list[Monitor]:
     monitors: list[Monitor] = []
     seen: set[str] = set()
     for index, item in enumerate(data.get("monitors") or []):
-        at: tuple[str | int, ...] = ("monitors", index)
+        at: Where = ("monitors", index)
         try:
             spec = MonitorSpec.model_validate(item)
             spec.trigger_check()
@@ -84,25 +66,3 @@ def load_monitors(path: Path) -> list[Monitor]:
         raise MonitorFileError(path, problems)
     return monitors
 
-
-def _plain(node: yaml.Node, where: tuple[str | int, ...], lines: _Lines, problems: list[tuple[int | None, str]]) -> Any:
-    """The data of ``node``; ``lines`` gets the line of every key and list item under it."""
-    lines.setdefault(where, node.start_mark.line + 1)
-    if isinstance(node, yaml.ScalarNode):
-        return None if node.tag == _NULL_TAG else node.value
-    if isinstance(node, yaml.SequenceNode):
-        return [_plain(item, (*where, i), lines, problems) for i, item in enumerate(node.value)]
-    if isinstance(node, yaml.MappingNode):
-        result: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            line = key_node.start_mark.line + 1
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _NULL_TAG:
-                problems.append((line, "a key must be a plain name"))
-            elif key_node.value in result:
-                problems.append((line, f"{key_node.value!r} is given twice"))
-            else:
-                lines[(*where, key_node.value)] = line
-                result[key_node.value] = _plain(value_node, (*where, key_node.value), lines, problems)
-        return result
-    problems.append((node.start_mark.line + 1, "YAML aliases and tags are not supported here"))
-    return None

@@ -14,7 +14,6 @@ so two conversations -- in particular two users' DMs -- can never name each othe
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import re
 import stat as stat_mod
@@ -26,7 +25,6 @@ from typing import Any, TypeVar
 
 from agent_core.workspace.backend import (
     DEFAULT_AREAS,
-    EditConflict,
     EditResult,
     FileInfo,
     FileNotFound,
@@ -34,7 +32,6 @@ from agent_core.workspace.backend import (
     GrepMatch,
     InvalidArgument,
     NotAFile,
-    NotTextFile,
     PathNotAllowed,
     ReadResult,
     WorkspaceBackend,
@@ -51,82 +48,23 @@ from agent_core.workspace.nofollow import (
     os_errors,
     write_atomically,
 )
+from agent_core.workspace.textfiles import (
+    check_edit,
+    child_path,
+    data_to_write,
+    edit_too_large,
+    edited,
+    glob_filter,
+    grep_data,
+    page_lines,
+    read_page,
+)
 
 _T = TypeVar("_T")
-
-_BINARY_SNIFF_BYTES = 8192
 
 
 def _mtime(st: os.stat_result) -> datetime:
     return datetime.fromtimestamp(st.st_mtime, tz=UTC)
-
-
-def _join(vdir: str, name: str) -> str:
-    return f"{vdir.rstrip('/')}/{name}"
-
-
-def _iter_lines(
-    f: io.BufferedReader[io.FileIO], max_line_bytes: int
-) -> Iterator[tuple[bytes, bool]]:
-    """Yield (line without newline, was_cut), reading at most `max_line_bytes` per line.
-
-    Bounded reads matter: a single-line multi-gigabyte file must not be loaded into memory.
-    """
-    while True:
-        chunk = f.readline(max_line_bytes)
-        if not chunk:
-            return
-        if chunk.endswith(b"\n"):
-            yield chunk.rstrip(b"\r\n"), False
-            continue
-        cut = False
-        # Either EOF without newline or an over-long line: skip the rest of the line.
-        while True:
-            rest = f.readline(max_line_bytes)
-            if not rest:
-                break
-            cut = cut or bool(rest.rstrip(b"\r\n"))  # a bare newline is not cut content
-            if rest.endswith(b"\n"):
-                break
-        yield chunk.rstrip(b"\r"), cut
-
-
-def _decode_line(raw: bytes, max_chars: int, cut: bool) -> tuple[str, bool]:
-    text = raw.decode("utf-8", errors="replace")
-    if len(text) > max_chars:
-        text, cut = text[:max_chars], True
-    return (text + " … [line cut]" if cut else text), cut
-
-
-def glob_to_regex(pattern: str) -> re.Pattern[str]:
-    """Compile a glob (``*``, ``?``, ``[...]``, ``**``) to a regex matched against a whole
-    relative path. ``*`` and ``?`` stay within one segment; ``**/`` spans any number of folders.
-    """
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        if pattern.startswith("**/", i):
-            out.append("(?:[^/]+/)*")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif pattern[i] == "[" and (end := pattern.find("]", i + 2)) != -1:
-            body = pattern[i + 1 : end]
-            negate = body.startswith("!")
-            body = re.escape(body[1:] if negate else body).replace(r"\-", "-")
-            out.append(f"[{'^' if negate else ''}{body}]")
-            i = end + 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out))
 
 
 class LocalWorkspace(BlockingWorkspace):
@@ -179,7 +117,7 @@ class LocalWorkspace(BlockingWorkspace):
         if not is_dir and not stat_mod.S_ISREG(st.st_mode):
             return None
         return FileInfo(
-            path=_join(vdir, entry.name),
+            path=child_path(vdir, entry.name),
             size=0 if is_dir else st.st_size,
             modified_at=_mtime(st),
             is_dir=is_dir,
@@ -236,7 +174,7 @@ class LocalWorkspace(BlockingWorkspace):
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            child_vpath = _join(vdir, entry.name)
+            child_vpath = child_path(vdir, entry.name)
             if stat_mod.S_ISREG(st.st_mode):
                 yield child_vpath, entry.name, fd, st
             elif stat_mod.S_ISDIR(st.st_mode):
@@ -272,43 +210,10 @@ class LocalWorkspace(BlockingWorkspace):
     # ---------------------------------------------------------------- reading
 
     def _read(self, path: str, offset: int, limit: int | None) -> ReadResult:
-        if offset < 0:
-            raise InvalidArgument("offset must be 0 or more")
-        if limit is not None and limit < 1:
-            raise InvalidArgument("limit must be 1 or more")
-        max_lines = min(limit or self.limits.read_max_lines, self.limits.read_max_lines)
-        max_chars = self.limits.line_max_chars
+        max_lines = page_lines(offset, limit, self.limits)
         vpath = self._normalize(path)
         with self._fs.open_file(vpath) as (f, _st):
-            if b"\x00" in f.peek(_BINARY_SNIFF_BYTES)[:_BINARY_SNIFF_BYTES]:
-                raise NotTextFile(f"{vpath} is a binary file; it cannot be shown as text", vpath)
-            lines = _iter_lines(f, max_chars * 4)  # 4 = worst-case UTF-8 bytes per character
-            for _ in zip(range(offset), lines, strict=False):
-                pass  # skip to the requested page; zip stops before over-reading `lines`
-            shown: list[str] = []
-            size = 0
-            cut_lines = 0
-            more = False
-            for raw, cut in lines:
-                if len(shown) >= max_lines:
-                    more = True
-                    break
-                text, was_cut = _decode_line(raw, max_chars, cut)
-                numbered = f"{offset + len(shown) + 1:>6}\t{text}"
-                size += len(numbered.encode()) + 1
-                if shown and size > self.limits.read_max_bytes:
-                    more = True
-                    break
-                shown.append(numbered)
-                cut_lines += was_cut
-        return ReadResult(
-            path=vpath,
-            content="\n".join(shown),
-            offset=offset,
-            lines=len(shown),
-            next_offset=offset + len(shown) if more else None,
-            cut_lines=cut_lines,
-        )
+            return read_page(f, vpath, offset, max_lines, self.limits)
 
     def _read_bytes(self, path: str) -> bytes:
         vpath = self._normalize(path)
@@ -326,78 +231,38 @@ class LocalWorkspace(BlockingWorkspace):
 
     def _write(self, path: str, content: str | bytes, overwrite: bool) -> FileInfo:
         vpath = self._normalize(path)
-        segments = split_virtual_path(vpath)
-        if len(segments) < 2:
-            raise PathNotAllowed(
-                f"cannot write {vpath}: files go inside an area, e.g. /reports/summary.md", vpath
-            )
-        if isinstance(content, str):
-            data = content.encode("utf-8")
-        elif isinstance(content, bytes | bytearray | memoryview):
-            data = bytes(content)
-        else:
-            raise InvalidArgument("content must be text or bytes")
-        cap = self.limits.write_max_bytes
-        if len(data) > cap:
-            raise FileTooLarge(f"content is {len(data)} bytes; the limit is {cap}", vpath)
+        segments, data = data_to_write(vpath, content, self.limits)
         with self._fs.open_dir(segments[:-1], vpath, create=True) as dir_fd:
             write_atomically(dir_fd, segments[-1], data, vpath, overwrite=overwrite)
             st = os.stat(segments[-1], dir_fd=dir_fd, follow_symlinks=False)
         return FileInfo(path=vpath, size=st.st_size, modified_at=_mtime(st))
 
     def _edit(self, path: str, old: str, new: str, replace_all: bool) -> EditResult:
-        if old == "":
-            raise EditConflict("old text must not be empty")
-        if old == new:
-            raise EditConflict("old and new text are identical; nothing to change")
+        check_edit(old, new)
         vpath = self._normalize(path)
         segments = split_virtual_path(vpath)
         cap = self.limits.edit_max_bytes
         with self._fs.open_file(vpath) as (f, st):
             if st.st_size > cap:
-                raise FileTooLarge(
-                    f"{vpath} is {st.st_size} bytes; edit() handles files up to {cap}", vpath
-                )
+                raise edit_too_large(vpath, st.st_size, cap)
             raw = f.read(cap + 1)
-        if len(raw) > cap:
-            raise FileTooLarge(f"{vpath} is larger than the {cap} byte edit limit", vpath)
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise NotTextFile(f"{vpath} is not UTF-8 text; it cannot be edited", vpath) from None
-        count = text.count(old)
-        if count == 0:
-            raise EditConflict(f"the old text was not found in {vpath}", vpath)
-        if count > 1 and not replace_all:
-            raise EditConflict(
-                f"the old text occurs {count} times in {vpath}; include more surrounding text "
-                "to make it unique, or pass replace_all=true",
-                vpath,
-            )
-        updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+        updated, replacements = edited(raw, vpath, old, new, replace_all, cap)
         with self._fs.open_dir(segments[:-1], vpath, create=False) as dir_fd:
             write_atomically(
                 dir_fd, segments[-1], updated.encode("utf-8"), vpath, overwrite=True
             )
             new_st = os.stat(segments[-1], dir_fd=dir_fd, follow_symlinks=False)
         info = FileInfo(path=vpath, size=new_st.st_size, modified_at=_mtime(new_st))
-        return EditResult(file=info, replacements=count if replace_all else 1)
+        return EditResult(file=info, replacements=replacements)
 
     # ---------------------------------------------------------------- searching
-
-    def _glob_filter(self, pattern: str) -> re.Pattern[str]:
-        if not pattern.strip():
-            raise InvalidArgument("glob pattern must not be empty")
-        if "\x00" in pattern or "\\" in pattern or ".." in pattern.split("/"):
-            raise InvalidArgument(f"glob pattern is not allowed: {pattern[:200]!r}")
-        return glob_to_regex(pattern)
 
     def _grep(
         self, pattern: str, path: str, glob: str | None, ignore_case: bool
     ) -> list[GrepMatch]:
         if pattern == "":
             raise InvalidArgument("grep pattern must not be empty")
-        file_filter = self._glob_filter(glob) if glob else None
+        file_filter = glob_filter(glob) if glob else None
         by_name = glob is not None and "/" not in glob
         needle = pattern.casefold() if ignore_case else pattern
         limits = self.limits
@@ -447,24 +312,12 @@ class LocalWorkspace(BlockingWorkspace):
                 return []
             os.set_blocking(f.fileno(), True)
             data = f.read(self.limits.grep_max_file_bytes + 1)
-        if len(data) > self.limits.grep_max_file_bytes or b"\x00" in data[:_BINARY_SNIFF_BYTES]:
-            return []
-        found: list[GrepMatch] = []
-        max_chars = self.limits.line_max_chars
-        # Split on "\n" only (not str.splitlines) so line numbers agree with read().
-        lines = data.decode("utf-8", errors="replace").split("\n")
-        for number, line in enumerate((raw.removesuffix("\r") for raw in lines), 1):
-            if needle in (line.casefold() if ignore_case else line):
-                shown = line if len(line) <= max_chars else line[:max_chars] + " … [line cut]"
-                found.append(GrepMatch(path=vpath, line_number=number, line=shown))
-                if len(found) >= budget:
-                    break
-        return found
+        return grep_data(data, vpath, needle, ignore_case, self.limits, budget)
 
     def _glob(self, pattern: str, path: str) -> list[FileInfo]:
         if pattern.startswith("/"):
             path, pattern = "/", pattern.lstrip("/")
-        regex = self._glob_filter(pattern)
+        regex = glob_filter(pattern)
         results: list[FileInfo] = []
         with ExitStack() as stack:
             base, fd, single = stack.enter_context(self._search_root(path))
@@ -537,10 +390,11 @@ def workspace_for(data_dir: Path, thread_id: str, limits: WorkspaceLimits | None
     Each conversation -- each DM included -- gets its own root, so isolation between users holds
     by construction rather than by access checks.
     """
-    local_root = Path(data_dir) / "workspaces" / thread_dir_name(thread_id)
+    name = thread_dir_name(thread_id)
+    local_root = Path(data_dir) / "workspaces" / name
     if _object_storage is None:
         return LocalWorkspace(local_root, limits)
     from agent_core.workspace.s3 import s3_workspace_for
 
     url, client = _object_storage
-    return s3_workspace_for(client, url, local_root, thread_id, limits)
+    return s3_workspace_for(client, url, local_root, name, limits)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -29,7 +28,6 @@ from urllib.parse import urlsplit
 
 from agent_core.workspace.backend import (
     DEFAULT_AREAS,
-    EditConflict,
     EditResult,
     FileAlreadyExists,
     FileInfo,
@@ -38,19 +36,26 @@ from agent_core.workspace.backend import (
     GrepMatch,
     InvalidArgument,
     NotAFile,
-    NotTextFile,
-    PathNotAllowed,
     ReadResult,
     WorkspaceError,
     WorkspaceLimits,
     split_virtual_path,
 )
 from agent_core.workspace.blocking import BlockingWorkspace
-from agent_core.workspace.local import _decode_line, _iter_lines, glob_to_regex, thread_dir_name
+from agent_core.workspace.textfiles import (
+    BINARY_SNIFF_BYTES,
+    check_edit,
+    child_path,
+    data_to_write,
+    edit_too_large,
+    edited,
+    glob_filter,
+    grep_data,
+    page_lines,
+    read_page,
+)
 
 _T = TypeVar("_T")
-
-_BINARY_SNIFF_BYTES = 8192
 _NO_TIME = datetime(1970, 1, 1, tzinfo=UTC)  # S3 folders are prefixes: they have no time of their own
 
 
@@ -201,10 +206,10 @@ class S3Workspace(BlockingWorkspace):
         for page in paginator.paginate(Bucket=self._bucket, Prefix=prefix, Delimiter="/"):
             for folder in page.get("CommonPrefixes", ()):
                 name = folder["Prefix"].removeprefix(prefix).rstrip("/")
-                entries[name] = FileInfo(path=_join(vpath, name), size=0, modified_at=_NO_TIME, is_dir=True)
+                entries[name] = FileInfo(path=child_path(vpath, name), size=0, modified_at=_NO_TIME, is_dir=True)
             for item in page.get("Contents", ()):
                 name = item["Key"].removeprefix(prefix)
-                entries[name] = FileInfo(path=_join(vpath, name), size=int(item["Size"]), modified_at=item["LastModified"])
+                entries[name] = FileInfo(path=child_path(vpath, name), size=int(item["Size"]), modified_at=item["LastModified"])
         if vpath == "/":
             entries = {name: info for name, info in entries.items() if name in self._areas and info.is_dir}
         if not entries:
@@ -224,44 +229,12 @@ class S3Workspace(BlockingWorkspace):
     # ---------------------------------------------------------------- reading
 
     def _read(self, path: str, offset: int, limit: int | None) -> ReadResult:
-        if offset < 0:
-            raise InvalidArgument("offset must be 0 or more")
-        if limit is not None and limit < 1:
-            raise InvalidArgument("limit must be 1 or more")
-        max_lines = min(limit or self.limits.read_max_lines, self.limits.read_max_lines)
-        max_chars = self.limits.line_max_chars
+        max_lines = page_lines(offset, limit, self.limits)
         vpath = self._normalize(path)
         if len(split_virtual_path(vpath)) < 2:
             raise NotAFile(f"{vpath} is a directory", vpath)
-        with io.BufferedReader(_BodyReader(self._get(vpath)["Body"]), _BINARY_SNIFF_BYTES) as f:
-            if b"\x00" in f.peek(_BINARY_SNIFF_BYTES)[:_BINARY_SNIFF_BYTES]:
-                raise NotTextFile(f"{vpath} is a binary file; it cannot be shown as text", vpath)
-            lines = _iter_lines(f, max_chars * 4)  # type: ignore[arg-type]  # any buffered reader
-            for _ in zip(range(offset), lines, strict=False):
-                pass
-            shown: list[str] = []
-            size = cut_lines = 0
-            more = False
-            for raw, cut in lines:
-                if len(shown) >= max_lines:
-                    more = True
-                    break
-                text, was_cut = _decode_line(raw, max_chars, cut)
-                numbered = f"{offset + len(shown) + 1:>6}\t{text}"
-                size += len(numbered.encode()) + 1
-                if shown and size > self.limits.read_max_bytes:
-                    more = True
-                    break
-                shown.append(numbered)
-                cut_lines += was_cut
-        return ReadResult(
-            path=vpath,
-            content="\n".join(shown),
-            offset=offset,
-            lines=len(shown),
-            next_offset=offset + len(shown) if more else None,
-            cut_lines=cut_lines,
-        )
+        with io.BufferedReader(_BodyReader(self._get(vpath)["Body"]), BINARY_SNIFF_BYTES) as f:
+            return read_page(f, vpath, offset, max_lines, self.limits)
 
     def _read_bytes(self, path: str) -> bytes:
         vpath = self._normalize(path)
@@ -282,18 +255,7 @@ class S3Workspace(BlockingWorkspace):
 
     def _write(self, path: str, content: str | bytes, overwrite: bool) -> FileInfo:
         vpath = self._normalize(path)
-        segments = split_virtual_path(vpath)
-        if len(segments) < 2:
-            raise PathNotAllowed(f"cannot write {vpath}: files go inside an area, e.g. /reports/summary.md", vpath)
-        if isinstance(content, str):
-            data = content.encode("utf-8")
-        elif isinstance(content, bytes | bytearray | memoryview):
-            data = bytes(content)
-        else:
-            raise InvalidArgument("content must be text or bytes")
-        cap = self.limits.write_max_bytes
-        if len(data) > cap:
-            raise FileTooLarge(f"content is {len(data)} bytes; the limit is {cap}", vpath)
+        segments, data = data_to_write(vpath, content, self.limits)
         if self._is_dir(vpath):
             raise NotAFile(f"{vpath} is a directory", vpath)
         if (parent := self._file_parent_of(segments)) is not None:
@@ -303,10 +265,7 @@ class S3Workspace(BlockingWorkspace):
         return self._put(vpath, data)
 
     def _edit(self, path: str, old: str, new: str, replace_all: bool) -> EditResult:
-        if old == "":
-            raise EditConflict("old text must not be empty")
-        if old == new:
-            raise EditConflict("old and new text are identical; nothing to change")
+        check_edit(old, new)
         vpath = self._normalize(path)
         if len(split_virtual_path(vpath)) < 2:
             raise NotAFile(f"{vpath} is a directory", vpath)
@@ -314,36 +273,14 @@ class S3Workspace(BlockingWorkspace):
         answer = self._get(vpath)
         if int(answer["ContentLength"]) > cap:
             answer["Body"].close()
-            raise FileTooLarge(f"{vpath} is {answer['ContentLength']} bytes; edit() handles files up to {cap}", vpath)
+            raise edit_too_large(vpath, int(answer["ContentLength"]), cap)
         with answer["Body"] as body:
             raw = body.read(cap + 1)
-        if len(raw) > cap:
-            raise FileTooLarge(f"{vpath} is larger than the {cap} byte edit limit", vpath)
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise NotTextFile(f"{vpath} is not UTF-8 text; it cannot be edited", vpath) from None
-        count = text.count(old)
-        if count == 0:
-            raise EditConflict(f"the old text was not found in {vpath}", vpath)
-        if count > 1 and not replace_all:
-            raise EditConflict(
-                f"the old text occurs {count} times in {vpath}; include more surrounding text "
-                "to make it unique, or pass replace_all=true",
-                vpath,
-            )
-        updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+        updated, replacements = edited(raw, vpath, old, new, replace_all, cap)
         info = self._put(vpath, updated.encode("utf-8"))
-        return EditResult(file=info, replacements=count if replace_all else 1)
+        return EditResult(file=info, replacements=replacements)
 
     # ---------------------------------------------------------------- searching
-
-    def _glob_filter(self, pattern: str) -> re.Pattern[str]:
-        if not pattern.strip():
-            raise InvalidArgument("glob pattern must not be empty")
-        if "\x00" in pattern or "\\" in pattern or ".." in pattern.split("/"):
-            raise InvalidArgument(f"glob pattern is not allowed: {pattern[:200]!r}")
-        return glob_to_regex(pattern)
 
     def _search_base(self, path: str) -> tuple[str, list[tuple[str, int, datetime]]]:
         """The base of a grep/glob and the files under it (the base alone when it is a file)."""
@@ -358,7 +295,7 @@ class S3Workspace(BlockingWorkspace):
     def _grep(self, pattern: str, path: str, glob: str | None, ignore_case: bool) -> list[GrepMatch]:
         if pattern == "":
             raise InvalidArgument("grep pattern must not be empty")
-        file_filter = self._glob_filter(glob) if glob else None
+        file_filter = glob_filter(glob) if glob else None
         by_name = glob is not None and "/" not in glob
         needle = pattern.casefold() if ignore_case else pattern
         limits = self.limits
@@ -376,22 +313,13 @@ class S3Workspace(BlockingWorkspace):
                 continue
             with self._get(vpath)["Body"] as body:
                 data = body.read(limits.grep_max_file_bytes + 1)
-            if len(data) > limits.grep_max_file_bytes or b"\x00" in data[:_BINARY_SNIFF_BYTES]:
-                continue
-            budget = limits.grep_max_matches - len(matches)
-            for number, line in enumerate((raw.removesuffix("\r") for raw in data.decode("utf-8", "replace").split("\n")), 1):
-                if needle in (line.casefold() if ignore_case else line):
-                    shown = line if len(line) <= limits.line_max_chars else line[: limits.line_max_chars] + " … [line cut]"
-                    matches.append(GrepMatch(path=vpath, line_number=number, line=shown))
-                    budget -= 1
-                    if budget == 0:
-                        break
+            matches += grep_data(data, vpath, needle, ignore_case, limits, limits.grep_max_matches - len(matches))
         return matches
 
     def _glob(self, pattern: str, path: str) -> list[FileInfo]:
         if pattern.startswith("/"):
             path, pattern = "/", pattern.lstrip("/")
-        regex = self._glob_filter(pattern)
+        regex = glob_filter(pattern)
         vpath = self._normalize(path)
         prefix = vpath.rstrip("/") + "/"
         results: list[FileInfo] = []
@@ -476,17 +404,13 @@ class S3Workspace(BlockingWorkspace):
             raise
 
 
-def _join(vdir: str, name: str) -> str:
-    return f"{vdir.rstrip('/')}/{name}"
-
-
 def s3_workspace_for(
-    client: Any, url: str, cache_dir: Path, thread_id: str, limits: WorkspaceLimits | None = None
+    client: Any, url: str, cache_dir: Path, name: str, limits: WorkspaceLimits | None = None
 ) -> S3Workspace:
     """The workspace of one conversation under ``url`` (``s3://bucket/prefix``): its own key
-    prefix, named like `LocalWorkspace`'s folder, so conversations never name each other's files;
-    `cache_dir` is the conversation's own local folder."""
+    prefix ``name`` (the conversation's encoded thread id, as `LocalWorkspace`'s folder), so
+    conversations never name each other's files; `cache_dir` is the conversation's own local
+    folder."""
     bucket, prefix = parse_workspace_url(url)
-    name = thread_dir_name(thread_id)
     root = f"{prefix}/{name}" if prefix else name
     return S3Workspace(client, bucket, root, Path(cache_dir), limits)
