@@ -172,10 +172,8 @@ def allowed_source(
             ErrorType.INVALID_PARAMETERS,
         )
     if not is_allowed(cfg, ctx.channel, ctx.user):
-        raise ToolError(
-            f"The data source {name!r} is not available in this conversation.",
-            ErrorType.PERMISSION_DENIED,
-        )
+        not_allowed = DataSourceNotAllowed(f"The data source {name!r} is not available in this conversation.")
+        raise ToolError(str(not_allowed), ErrorType.PERMISSION_DENIED) from not_allowed
     return cfg
 
 
@@ -187,7 +185,7 @@ async def open_source(access: SourceAccess, name: str, ctx: RunContext, *, tool:
         require_open_source(access.policy, cfg.name, ctx)
     except ToolError as exc:
         if exc.error_type is ErrorType.PERMISSION_DENIED:
-            kind = type(exc.__cause__).__name__ if exc.__cause__ is not None else DataSourceNotAllowed.__name__
+            kind = type(exc.__cause__ or exc).__name__
             await access.record_refusal(ctx, name, tool=tool, error=kind, sql=sql)
         raise
     return cfg
