@@ -29,9 +29,9 @@ from agent_core.tokens.budget import check_budget
 from agent_core.tokens.estimate import TokenCounter, shared_cl100k
 from agent_core.tokens.prices import ModelTable
 from agent_core.toolkit.approval_gate import ApprovalGate
-from agent_core.toolkit.deps import ScheduledWork, ToolDeps
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools import memory_tool, monitor_tools, schedule_tools, skill_tools, todo
+from agent_core.tools.deps import ScheduledWork, ToolDeps
 from agent_core.tools.standard import default_tools, tools_prompt_section
 from agent_core.tracing import TracingHook
 from agent_core.workspace.local import use_object_storage

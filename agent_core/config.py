@@ -15,12 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, fi
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agent_core.data.errors import DataSourceConfigError
-from agent_core.data.source_config import DataSourceConfig, parse_datasources
+from agent_core.data.source_config import SQL_DIALECTS, DataSourceConfig, parse_datasources
 from agent_core.governance.policy import AccessPolicy
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
-# sqlglot's name for the SQL of each kind of data source.
-SQL_DIALECTS = {"postgresql": "postgres", "mysql": "mysql", "duckdb": "duckdb"}
 
 
 class CompressionConfig(BaseModel):

@@ -23,7 +23,7 @@ def verify_start_up(settings: Settings) -> None:
     verify_monitors_file(settings)
     if not settings.datasources:
         return
-    from agent_core.data.availability import PrivilegedSourceError, verify_sources
+    from agent_core.governance.availability import PrivilegedSourceError, verify_sources
 
     try:
         verify_sources(settings.datasources, logging.getLogger("gateway.datasources"))
@@ -36,7 +36,7 @@ def verify_policy_names(settings: Settings) -> None:
     """The tables and columns ``BA_ACCESS_POLICY`` names exist in their sources (a misspelt one
     would leave the real one open); views, child tables and partitions reading a protected table
     without being listed are logged at WARNING. A source that cannot be reached now is checked
-    before its first use instead (`agent_core.data.availability`)."""
+    before its first use instead (`agent_core.governance.availability`)."""
     policy = settings.access_policy
     if policy is None:
         return

@@ -18,7 +18,6 @@ from agent_core.data.conversation import demo_database
 from agent_core.data.demo import ensure_demo_database
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import RunContext
-from agent_core.toolkit.deps import ToolDeps
 from agent_core.toolkit.files import conversation_workspace
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.toolkit.protocol import ErrorType, ToolError
@@ -28,6 +27,7 @@ from agent_core.tools.analytics_tools import (
     DetectAnomaliesInput,
     DetectAnomaliesTool,
 )
+from agent_core.tools.deps import ToolDeps
 from agent_core.tools.standard import default_tools
 
 EAST_APP = "region = 'East China' AND channel = 'app'"

@@ -17,8 +17,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agent_core.config import AgentConfig
-from agent_core.data.access import SourceAccess
 from agent_core.data.source_config import DataSourceConfig
+from agent_core.governance.access import SourceAccess
 from agent_core.governance.audit import AuditTrail, DataAccess, read_audit
 from agent_core.governance.audit_table import create_audit_table
 from agent_core.governance.budget import RowBudget
@@ -29,9 +29,9 @@ from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.schedules.store import ScheduleStore
 from agent_core.semantic.catalog import MetricCatalog
 from agent_core.store.db import create_engine, session_factory
-from agent_core.toolkit.deps import ToolDeps
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools.data_tools import DescribeTableTool
+from agent_core.tools.deps import ToolDeps
 from agent_core.tools.metric_tools import QueryMetricTool
 from agent_core.tools.sql import SqlQueryTool
 from agent_core.tools.standard import default_tools

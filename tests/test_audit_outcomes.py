@@ -20,8 +20,8 @@ from agent_core.governance.audit import AuditTrail, DataAccess, read_audit
 from agent_core.messages import ToolUseBlock
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.store.db import create_engine, session_factory
-from agent_core.toolkit.deps import ToolDeps
 from agent_core.toolkit.pipeline import ToolPipeline
+from agent_core.tools.deps import ToolDeps
 from agent_core.tools.standard import default_tools
 from gateway.config import load_settings
 from gateway.migrate import upgrade

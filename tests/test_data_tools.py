@@ -18,9 +18,9 @@ from agent_core.data.demo import ensure_demo_database
 from agent_core.data.ingest import load_upload
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.run_context import RunContext
-from agent_core.toolkit.deps import ToolDeps
 from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools.data_tools import DescribeTableTool, ListTablesTool
+from agent_core.tools.deps import ToolDeps
 from agent_core.tools.sql import SqlQueryTool
 from agent_core.tools.standard import default_tools, tools_prompt_section
 

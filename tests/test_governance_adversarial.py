@@ -22,10 +22,10 @@ import psycopg
 import pymysql
 import pytest
 
-from agent_core.data.access import governed_source_query
 from agent_core.data.errors import DataError
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.data.sources import query_source
+from agent_core.governance.access import governed_source_query
 from agent_core.governance.audience import Identity
 from agent_core.governance.columns import SourceColumns
 from agent_core.governance.loader import load_policy

@@ -34,11 +34,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_core.config import AgentConfig
-from agent_core.data.access import governed_source_query, source_access
 from agent_core.data.errors import DataError
 from agent_core.data.source_config import DataSourceConfig
 from agent_core.data.sources import query_source
 from agent_core.data.sql_guard import ensure_read_only
+from agent_core.governance.access import SourceAccess, governed_source_query
 from agent_core.governance.audience import Identity
 from agent_core.governance.audit import AuditTrail, read_audit
 from agent_core.governance.columns import SourceColumns
@@ -630,7 +630,7 @@ async def test_push_down_tools_are_audited_under_their_own_name(database_url: st
     try:
         sessions = session_factory(engine)
         audit = AuditTrail(sessions)
-        access = source_access(config, audit)
+        access = SourceAccess(config.datasources, config.access_policy, audit)
         pipeline = ToolPipeline([DetectAnomaliesTool(config, access), AttributeChangeTool(config, access)])
         ctx = RunContext(thread_id="t", data_dir=config.data_dir, channel="D1", user="U1", is_dm=True)
         calls = [

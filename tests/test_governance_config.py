@@ -14,9 +14,9 @@ import duckdb
 import psycopg
 import pytest
 
-from agent_core.data.access import SourceAccess
-from agent_core.data.availability import REVALIDATE_AFTER_S, SourceChecks
 from agent_core.data.source_config import DataSourceConfig
+from agent_core.governance.access import SourceAccess
+from agent_core.governance.availability import REVALIDATE_AFTER_S, SourceChecks
 from agent_core.governance.policy import SourcePolicy
 from agent_core.governance.policy_catalog import check_policy_names
 from agent_core.run_context import ChatOrigin, RunContext

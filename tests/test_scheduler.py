@@ -32,10 +32,10 @@ from agent_core.schedules.store import ScheduleStore
 from agent_core.store.db import create_engine, session_factory
 from agent_core.store.tables import ThreadRow
 from agent_core.store.threads import ThreadStore
-from agent_core.toolkit.deps import ScheduledWork, ToolDeps
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools import schedule_tools
+from agent_core.tools.deps import ScheduledWork, ToolDeps
 from agent_core.tools.schedule_tools import (
     CancelScheduleInput,
     CancelScheduleTool,

@@ -19,7 +19,6 @@ import psycopg
 import pymysql
 import pytest
 
-from agent_core.data.availability import PrivilegedSourceError, verify_sources
 from agent_core.data.errors import (
     DataSourceConfigError,
     QueryFailed,
@@ -35,6 +34,7 @@ from agent_core.data.sources import (
     list_source_tables,
     query_source,
 )
+from agent_core.governance.availability import PrivilegedSourceError, verify_sources
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 MYSQL_URL = "mysql://root@127.0.0.1:3306/test"

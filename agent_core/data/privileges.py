@@ -23,7 +23,7 @@ reading:
   ``PROCESS``, ``ALL PRIVILEGES``, write privileges, ``PROXY``, ``WITH GRANT OPTION`` ….
 * DuckDB — nothing: the file is always opened ``read_only=True`` without external access.
 
-:func:`agent_core.data.availability.verify_sources` runs the check for every source at
+:func:`agent_core.governance.availability.verify_sources` runs the check for every source at
 start-up, with :func:`read_only_role_instructions` in its refusal.
 """
 

@@ -25,6 +25,8 @@ _NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 # Refused as a source name: the bundled demo data is the source ``demo`` of the metrics.
 RESERVED_NAMES = frozenset({"demo"})
+# sqlglot's name for the SQL of each kind of data source.
+SQL_DIALECTS = {"postgresql": "postgres", "mysql": "mysql", "duckdb": "duckdb"}
 
 
 class DataSourceConfig(BaseModel):

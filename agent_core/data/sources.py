@@ -39,7 +39,7 @@ A database error is reported with its class (SQLSTATE, error number, DuckDB's er
 its message without values that came from rows (:mod:`agent_core.data.error_text`).
 
 Give the configured database user read-only grants as well: that is the strongest layer, and
-:func:`agent_core.data.availability.verify_sources` checks it at start-up.
+:func:`agent_core.governance.availability.verify_sources` checks it at start-up.
 
 Results are bounded by rows and by size (the first row included, see
 :mod:`agent_core.data.result_cap`). PostgreSQL rows are streamed (single-row mode, one

@@ -6,7 +6,7 @@ Each query a tool tries on a configured source is recorded in ``data_access_audi
 source, the tool, the SQL (as it ran after the access-policy rewrite, or as written when it was
 refused before), its outcome (succeeded, failed, timed_out, refused), the rows the source
 returned, how long it took, the approval that allowed it, and the conversation and tool call it
-served. The one path that records is `agent_core.data.access.SourceAccess`.
+served. The one path that records is `agent_core.governance.access.SourceAccess`.
 
 Recording costs one INSERT per attempt. It is not best effort: when the INSERT fails, the
 query's result is withheld (`AuditUnavailable`), so no data reaches a conversation unaudited.
@@ -19,7 +19,7 @@ sqlalchemy is imported inside the functions: a `tool run` over demo data never l
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import async_sessionmaker
     from sqlmodel.ext.asyncio.session import AsyncSession
 
-    from agent_core.config import AgentConfig
 
 DEFAULT_LIST_LIMIT = 100
 Outcome = Literal["succeeded", "failed", "timed_out", "refused"]
@@ -109,12 +108,14 @@ class AuditTrail:
             raise AuditUnavailable(WRITE_FAILED) from exc
 
 
-def audit_trail(config: AgentConfig, sessions: async_sessionmaker[AsyncSession]) -> AuditTrail | None:
+def audit_trail(
+    sessions: async_sessionmaker[AsyncSession], datasources: Mapping[str, object], daily_rows: int | None
+) -> AuditTrail | None:
     """The data-access audit trail in the service database (None without data sources: the
     demo data and uploads are the conversation's own, not audited)."""
-    if not config.datasources:
+    if not datasources:
         return None
-    return AuditTrail(sessions, daily_rows=config.user_daily_rows)
+    return AuditTrail(sessions, daily_rows=daily_rows)
 
 
 async def read_audit(

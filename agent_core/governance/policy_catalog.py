@@ -4,7 +4,7 @@ A misspelt table or column in ``BA_ACCESS_POLICY`` protects nothing and leaves t
 so every table the policy names must exist in its source, and every column it hides or grants
 must exist in that table: otherwise the policy is an error at start-up, and a source whose
 catalog no longer matches (a table renamed since) is closed when it is checked again
-(`agent_core.data.availability`). Objects that read a protected table without being protected
+(`agent_core.governance.availability`). Objects that read a protected table without being protected
 themselves -- a view over it, a child table or partition of it -- are reported as warnings: the
 policy applies to the names it lists, and such an object is another way to the same rows.
 

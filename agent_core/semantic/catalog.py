@@ -14,9 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agent_core.config import SQL_DIALECTS, AgentConfig
-from agent_core.data.access import DEFAULT_BYTE_CAP, DEFAULT_QUERY_TIMEOUT_S, SourceAccess
+from agent_core.config import AgentConfig
 from agent_core.data.duckdb_engine import QueryResult
+from agent_core.data.source_config import SQL_DIALECTS
+from agent_core.governance.access import DEFAULT_BYTE_CAP, DEFAULT_QUERY_TIMEOUT_S, SourceAccess
 from agent_core.provenance import TimeRange, record_query
 from agent_core.run_context import RunContext
 from agent_core.semantic.errors import MetricQueryError, UnsafeFilterError

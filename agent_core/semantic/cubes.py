@@ -32,7 +32,7 @@ from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.toolkit.queries import plan_source_query
 
 if TYPE_CHECKING:
-    from agent_core.data.access import SourceAccess
+    from agent_core.governance.access import SourceAccess
     from agent_core.toolkit.approval_gate import PlannedQuery
 
 _T = TypeVar("_T")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 from agent_core.config import AgentConfig
 
 if TYPE_CHECKING:
-    from agent_core.data.access import SourceAccess
+    from agent_core.governance.access import SourceAccess
     from agent_core.semantic.cubes import MetricCubes
 
 

@@ -5,7 +5,7 @@ charts, reports, analytics and the demo metrics run through (:func:`query_conver
 the checks that pick a configured source for a conversation and record a refusal; the plan of
 a source query the approval gate shows; and :func:`data_errors`, the one mapping from
 data-layer errors to tool errors. Configured sources themselves are read through
-`agent_core.data.access.SourceAccess`, the governed, limited and audited path.
+`agent_core.governance.access.SourceAccess`, the governed, limited and audited path.
 """
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from agent_core.config import SQL_DIALECTS
-from agent_core.data.access import DEFAULT_BYTE_CAP, DEFAULT_QUERY_TIMEOUT_S, SourceAccess
-from agent_core.data.availability import SourceUnavailable
 from agent_core.data.conversation import conversation_database, demo_database
 from agent_core.data.demo import DEMO_CATALOG
 from agent_core.data.duckdb_engine import QueryResult, run_duckdb_query
@@ -30,10 +27,12 @@ from agent_core.data.errors import (
 )
 from agent_core.data.interrupt import interruptible
 from agent_core.data.result_cap import cap_rows
-from agent_core.data.source_config import DataSourceConfig, is_allowed
+from agent_core.data.source_config import SQL_DIALECTS, DataSourceConfig, is_allowed
 from agent_core.data.sql_guard import ensure_read_only
+from agent_core.governance.access import DEFAULT_BYTE_CAP, DEFAULT_QUERY_TIMEOUT_S, SourceAccess
 from agent_core.governance.audience import Identity
 from agent_core.governance.audit import AuditUnavailable
+from agent_core.governance.availability import SourceUnavailable
 from agent_core.governance.budget import DailyRowLimitReached
 from agent_core.governance.columns import SourceColumns
 from agent_core.governance.enforce import enforce, require_source

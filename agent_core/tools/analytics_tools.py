@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pandas and the analytics core load when a tool first runs
     from agent_core.analytics.attribution import AttributionResult
     from agent_core.data.duckdb_engine import QueryResult
     from agent_core.toolkit.approval_gate import PlannedQuery
-    from agent_core.toolkit.deps import ToolDeps
+    from agent_core.tools.deps import ToolDeps
 
 MAX_INPUT_ROWS = 200_000
 MAX_INPUT_BYTES = 100 * 1024 * 1024  # of query values, and of a data file

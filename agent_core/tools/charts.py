@@ -29,7 +29,7 @@ from agent_core.toolkit.queries import query_conversation_data
 
 if TYPE_CHECKING:
     from agent_core.toolkit.approval_gate import PlannedQuery
-    from agent_core.toolkit.deps import ToolDeps
+    from agent_core.tools.deps import ToolDeps
 
 MAX_DATA_FILE_BYTES = 20 * 1024 * 1024
 

@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 from sqlglot import exp
 
-from agent_core.config import SQL_DIALECTS
-from agent_core.data.access import DEFAULT_QUERY_TIMEOUT_S, SourceAccess, SourceQueryResult
 from agent_core.data.conversation import conversation_database, demo_database
 from agent_core.data.demo import DEMO_CATALOG
 from agent_core.data.duckdb_engine import TableInfo, describe_table, list_tables
 from agent_core.data.errors import DataError, TableNotFound
-from agent_core.data.source_config import DataSourceConfig
+from agent_core.data.source_config import SQL_DIALECTS, DataSourceConfig
+from agent_core.governance.access import DEFAULT_QUERY_TIMEOUT_S, SourceAccess, SourceQueryResult
 from agent_core.governance.audience import Identity
 from agent_core.governance.enforce import is_source_open
 from agent_core.governance.policy import AccessPolicy
@@ -44,7 +43,7 @@ from agent_core.toolkit.queries import (
 if TYPE_CHECKING:  # database drivers load only when a source is described
     from agent_core.data.sources import SourceTableDescription
     from agent_core.governance.audit import AuditTrail
-    from agent_core.toolkit.deps import ToolDeps
+    from agent_core.tools.deps import ToolDeps
 
 MAX_SOURCE_TABLES = 300
 _SAMPLE_ROWS = 5

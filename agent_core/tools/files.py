@@ -22,7 +22,7 @@ from agent_core.workspace import (
 )
 
 if TYPE_CHECKING:
-    from agent_core.toolkit.deps import ToolDeps
+    from agent_core.tools.deps import ToolDeps
 
 MAX_WRITE_CHARS = 1_000_000
 READ_ONLY_AREA = "/uploads"

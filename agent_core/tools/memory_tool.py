@@ -16,7 +16,7 @@ from agent_core.run_context import MemoryInPrompt, RunContext
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 
 if TYPE_CHECKING:
-    from agent_core.toolkit.deps import ToolDeps
+    from agent_core.tools.deps import ToolDeps
 
 
 def build(deps: ToolDeps) -> list[Tool]:

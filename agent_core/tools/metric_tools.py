@@ -17,7 +17,7 @@ from agent_core.toolkit.protocol import Tool, ToolError
 from agent_core.toolkit.queries import plan_source_query
 
 if TYPE_CHECKING:
-    from agent_core.toolkit.deps import ToolDeps
+    from agent_core.tools.deps import ToolDeps
 
 
 def build(deps: ToolDeps) -> list[Tool]:

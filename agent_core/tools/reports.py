@@ -26,7 +26,7 @@ from agent_core.tools.charts import slugify
 from agent_core.workspace import FileAlreadyExists, WorkspaceBackend, normalize_virtual_path
 
 if TYPE_CHECKING:
-    from agent_core.toolkit.deps import ToolDeps
+    from agent_core.tools.deps import ToolDeps
 
 MAX_TABLE_ROWS = 200
 SUMMARY_CHARS = 300

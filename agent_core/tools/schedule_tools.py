@@ -25,8 +25,8 @@ from agent_core.schedules.model import (
     shortest_gap,
 )
 from agent_core.schedules.store import ScheduleStore
-from agent_core.toolkit.deps import DmAddress, OnChange, ToolDeps
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
+from agent_core.tools.deps import DmAddress, OnChange, ToolDeps
 
 MAX_PROMPT_CHARS = 4000
 

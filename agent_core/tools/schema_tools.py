@@ -26,7 +26,7 @@ from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 from agent_core.toolkit.queries import usable_sources
 
 if TYPE_CHECKING:
-    from agent_core.toolkit.deps import ToolDeps
+    from agent_core.tools.deps import ToolDeps
 
 
 def build(deps: ToolDeps) -> list[Tool]:

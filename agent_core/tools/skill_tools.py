@@ -12,7 +12,7 @@ from agent_core.skills.model import SkillActivationError, SkillNotFound, SkillSt
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 
 if TYPE_CHECKING:
-    from agent_core.toolkit.deps import ToolDeps
+    from agent_core.tools.deps import ToolDeps
 
 
 class ActivateSkillInput(BaseModel):

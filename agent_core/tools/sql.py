@@ -1,5 +1,5 @@
 """`sql_query`: one read-only SQL query over the demo data and the conversation's uploads, or
-over an operator-configured data source (through `agent_core.data.access.SourceAccess`, the
+over an operator-configured data source (through `agent_core.governance.access.SourceAccess`, the
 governed, limited and audited path)."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from agent_core.config import SQL_DIALECTS
-from agent_core.data.access import DEFAULT_BYTE_CAP, DEFAULT_QUERY_TIMEOUT_S, SourceAccess, SourceQueryResult
-from agent_core.data.source_config import DataSourceConfig
+from agent_core.data.source_config import SQL_DIALECTS, DataSourceConfig
+from agent_core.governance.access import DEFAULT_BYTE_CAP, DEFAULT_QUERY_TIMEOUT_S, SourceAccess, SourceQueryResult
 from agent_core.governance.policy import AccessPolicy
 from agent_core.provenance import record_query
 from agent_core.run_context import RunContext
@@ -21,7 +20,7 @@ from agent_core.toolkit.queries import capped_result, data_errors, open_source, 
 
 if TYPE_CHECKING:
     from agent_core.governance.audit import AuditTrail
-    from agent_core.toolkit.deps import ToolDeps
+    from agent_core.tools.deps import ToolDeps
 
 
 MAX_SQL_CHARS = 20_000

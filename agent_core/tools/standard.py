@@ -11,8 +11,8 @@ from agent_core.config import AgentConfig
 from agent_core.data.demo import DEMO_DESCRIPTION, demo_database_path, ensure_demo_database
 
 if TYPE_CHECKING:
-    from agent_core.toolkit.deps import ToolDeps, ToolModule
     from agent_core.toolkit.protocol import Tool
+    from agent_core.tools.deps import ToolDeps, ToolModule
 
 # Tool name -> the module whose `build(deps)` makes it, in the order the model sees the tools.
 # Modules are imported when their tools are built, so `ba-agent tool run NAME` loads that one

@@ -11,7 +11,7 @@ from agent_core.state import Todo, TodoStatus
 from agent_core.toolkit.protocol import Tool
 
 if TYPE_CHECKING:
-    from agent_core.toolkit.deps import ToolDeps
+    from agent_core.tools.deps import ToolDeps
 
 MAX_TODOS = 30
 

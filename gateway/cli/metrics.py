@@ -56,8 +56,8 @@ def _list(_args: argparse.Namespace) -> int:
 def _query(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from agent_core.data.access import source_access
     from agent_core.data.demo import demo_database_path, ensure_demo_database
+    from agent_core.governance.access import SourceAccess
     from agent_core.messages import new_id
     from agent_core.run_context import RunContext
     from agent_core.semantic.catalog import MetricCatalog, MetricQueryResult, run_metric_query
@@ -91,7 +91,7 @@ def _query(args: argparse.Namespace) -> int:
 
     async def run_query(metric_query: SourcedMetricQuery) -> MetricQueryResult:
         async with service_audit(settings) as audit:  # recorded like any read of a source
-            catalog = MetricCatalog(settings, source_access(settings, audit))
+            catalog = MetricCatalog(settings, SourceAccess(settings.datasources, settings.access_policy, audit))
             semantics = catalog.source_for(metric_query.metrics, metric_query.source, ctx)
             plain = MetricQuery.model_validate(metric_query.model_dump(exclude={"source"}))
             return await run_metric_query(catalog, semantics, plain, ctx)

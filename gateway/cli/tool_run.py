@@ -22,9 +22,9 @@ from pydantic import BaseModel, ValidationError
 
 from agent_core.messages import new_id
 from agent_core.run_context import ChatOrigin, RunContext
-from agent_core.toolkit.deps import ToolDeps
 from agent_core.toolkit.pipeline import validation_message
 from agent_core.toolkit.protocol import ToolError
+from agent_core.tools.deps import ToolDeps
 from agent_core.tools.standard import STANDARD_TOOLS, build_tool, standard_tools
 from agent_core.workspace.local import use_object_storage
 from gateway.config import Settings
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import async_sessionmaker
     from sqlmodel.ext.asyncio.session import AsyncSession
 
-    from agent_core.data.access import SourceAccess
+    from agent_core.governance.access import SourceAccess
     from agent_core.governance.audit import AuditTrail
 
 SEARCH_SCHEMA = "search_schema"  # built with the service database, beside the other tools
@@ -146,9 +146,9 @@ def _governed(settings: Settings, audit: AuditTrail | None) -> SourceAccess | No
     sources: nothing to govern, and the policy machinery stays unloaded)."""
     if audit is None:
         return None
-    from agent_core.data.access import source_access
+    from agent_core.governance.access import SourceAccess
 
-    return source_access(settings, audit)
+    return SourceAccess(settings.datasources, settings.access_policy, audit)
 
 
 async def _tool_specs(settings: Settings) -> list[dict[str, Any]]:
@@ -193,7 +193,7 @@ async def service_audit(settings: Settings) -> AsyncIterator[AuditTrail | None]:
         await asyncio.to_thread(upgrade, settings.effective_database_url)
     engine = create_engine(settings.effective_database_url)
     try:
-        yield audit_trail(settings, session_factory(engine))
+        yield audit_trail(session_factory(engine), settings.datasources, settings.user_daily_rows)
     finally:
         await engine.dispose()
 

@@ -157,15 +157,17 @@ class MonitorRunner:
 
     async def _metric_cubes(self) -> MetricCubes:
         if self._cubes is None:
-            from agent_core.data.access import source_access
             from agent_core.data.demo import demo_database_path, ensure_demo_database
+            from agent_core.governance.access import SourceAccess
             from agent_core.governance.audit import audit_trail
             from agent_core.semantic.cubes import MetricCubes
 
             # The demo metrics read the demo database, which a process without the agent's
             # tools (no model configured) has not built.
             await asyncio.to_thread(ensure_demo_database, demo_database_path(self._config.data_dir))
-            access = source_access(self._config, audit_trail(self._config, self._sessions))
+            config = self._config
+            audit = audit_trail(self._sessions, config.datasources, config.user_daily_rows)
+            access = SourceAccess(config.datasources, config.access_policy, audit)
             self._cubes = MetricCubes(self._config, access, tool=MONITOR_TOOL)  # audited as the monitor's reads
         return self._cubes
 

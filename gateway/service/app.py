@@ -91,7 +91,7 @@ async def readyz(request: web.Request) -> web.Response:
     body = {"ok": ok, "database": "ok", "connections": states}
     if sources := runtime.settings.datasources:
         # Reported, not required: a source down is unavailable alone, the bot still answers.
-        from agent_core.data.availability import SOURCE_CHECKS
+        from agent_core.governance.availability import SOURCE_CHECKS
 
         SOURCE_CHECKS.recheck_due(sources.values(), runtime.settings.access_policy)
         body["sources"] = SOURCE_CHECKS.status(sources.values())

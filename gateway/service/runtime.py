@@ -95,7 +95,7 @@ class Runtime:
         if not self.settings.model_configured:
             return None
         from agent_core.agent import build_agent
-        from agent_core.toolkit.deps import ScheduledWork
+        from agent_core.tools.deps import ScheduledWork
 
         scheduled = ScheduledWork(
             self.schedules,

@@ -5,7 +5,7 @@ analytics and charts, monitor runs).
 
 One query on that path, in this order:
 
-0. the source must have passed its privilege check in this process (`agent_core.data.availability`);
+0. the source must have passed its privilege check in this process (`agent_core.governance.availability`);
 1. the access policy: the source must be open to the asker's audience, and the SQL is rewritten
    so it reads only what that audience may (`agent_core.governance.enforce`); a refusal here,
    or by the SQL guard, is recorded as ``refused`` and nothing runs;
@@ -27,14 +27,13 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agent_core.config import SQL_DIALECTS
-from agent_core.data.availability import SOURCE_CHECKS, SourceChecks
 from agent_core.data.duckdb_engine import QueryResult
 from agent_core.data.errors import QueryTimeout, UnsafeSQLError
 from agent_core.data.interrupt import interruptible
-from agent_core.data.source_config import DataSourceConfig
+from agent_core.data.source_config import SQL_DIALECTS, DataSourceConfig
 from agent_core.governance.audience import Identity
 from agent_core.governance.audit import AuditUnavailable, DataAccess, Outcome
+from agent_core.governance.availability import SOURCE_CHECKS, SourceChecks
 from agent_core.governance.budget import MIN_QUERY_COST, DailyRowLimitReached, Reservation, budget_beside
 from agent_core.governance.columns import SourceColumns
 from agent_core.governance.enforce import enforce
@@ -43,7 +42,6 @@ from agent_core.governance.policy import AccessPolicy
 from agent_core.run_context import RunContext
 
 if TYPE_CHECKING:
-    from agent_core.config import AgentConfig
     from agent_core.governance.audit import AuditTrail
     from agent_core.governance.budget import RowBudget
 
@@ -187,12 +185,6 @@ class SourceAccess:
 
         # Cancelling the awaiting task (a Stop) cancels the running query too.
         return await interruptible(work, query)
-
-
-def source_access(config: AgentConfig, audit: AuditTrail | None) -> SourceAccess:
-    """The process's one governed path to the configured sources: their access policy, the
-    audit trail and the daily row budget it keeps (none without ``audit``)."""
-    return SourceAccess(config.datasources, config.access_policy, audit)
 
 
 class _Attempt:

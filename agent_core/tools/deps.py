@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from sqlmodel.ext.asyncio.session import AsyncSession
 
     from agent_core.config import AgentConfig
-    from agent_core.data.access import SourceAccess
+    from agent_core.governance.access import SourceAccess
     from agent_core.memory import MemoryStore
     from agent_core.monitors.store import MonitorStore
     from agent_core.schedules.store import ScheduleStore
@@ -71,11 +71,11 @@ class ToolDeps:
     ) -> ToolDeps:
         """Dependencies whose governed tools share one `SourceAccess`: limited and audited in
         the service database when there is one (``sessions``) and data sources are configured."""
-        from agent_core.data.access import source_access
+        from agent_core.governance.access import SourceAccess
         from agent_core.governance.audit import audit_trail
 
-        audit = audit_trail(config, sessions) if sessions is not None else None
-        return cls(config, sessions, source_access(config, audit), skills, memory, scheduled)
+        audit = audit_trail(sessions, config.datasources, config.user_daily_rows) if sessions is not None else None
+        return cls(config, sessions, SourceAccess(config.datasources, config.access_policy, audit), skills, memory, scheduled)
 
 
 class ToolModule(Protocol):
