@@ -164,6 +164,9 @@ class Responder(Protocol):
         buttons naming `proposal.id`); False where the platform cannot (then `ba-agent
         examples review` decides)."""
 
+    async def close(self) -> None:
+        """Release what it holds (HTTP sessions); called once, after its last answer."""
+
 
 # --- the platform plugin contract ------------------------------------------------------------
 

@@ -95,6 +95,9 @@ class PagerResponder:
     async def thread_context(self, msg: InboundMessage) -> None:
         return None
 
+    async def close(self) -> None:
+        return None
+
 
 class PagerAdapter:
     def __init__(self, settings: PagerSettings, services: GatewayServices) -> None:

@@ -633,7 +633,7 @@ async def test_a_fired_report_is_answered_by_the_running_gateway_as_a_top_level_
         FakeSlack(bot_token="xoxb-test", bot_user_id="UBOT", team_id="T1") as slack,
         running_gateway(gateway_settings(database_url, tmp_path, anthropic, slack)) as gateway,
     ):
-        runtime = gateway.service.runtime
+        runtime = gateway.runtime
         store = ScheduleStore(runtime.sessions)
         scheduler = Scheduler(runtime.engine, runtime.inbox, store, runtime.responders, tmp_path)
         row = await new_schedule(store)

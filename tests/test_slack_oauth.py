@@ -197,9 +197,9 @@ def test_worker_processes_answer_each_installed_workspace_with_its_own_token(dat
 async def test_install_links_that_expired_unused_are_forgotten(gateway, fakes) -> None:
     from sqlalchemy import text as sql
 
-    async with gateway.service.runtime.engine.begin() as conn:  # a link handed out an hour ago, never used
+    async with gateway.runtime.engine.begin() as conn:  # a link handed out an hour ago, never used
         await conn.execute(sql("INSERT INTO oauth_states (state, expire_at) VALUES ('old', :at)"),
                            {"at": datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=50)})  # fmt: skip
     assert (await install(gateway, "T1"))[0] == 200
-    async with gateway.service.runtime.engine.connect() as conn:
+    async with gateway.runtime.engine.connect() as conn:
         assert (await conn.execute(sql("SELECT state FROM oauth_states"))).all() == []

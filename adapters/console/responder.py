@@ -139,6 +139,9 @@ class ConsoleResponder:
     async def ask_example_review(self, workspace: str, owner: str, proposal: Proposal, language: Language) -> bool:
         return False  # decided with `ba-agent examples review`
 
+    async def close(self) -> None:
+        return None  # the terminal is not ours to close
+
     async def cut_answer(self, msg: InboundMessage, delivery_id: str) -> str:
         return ""  # a cut streaming card is finished by the next attempt, not read back
 
