@@ -27,7 +27,7 @@ async def run_chat(settings: Settings) -> None:
     platforms = build_platforms(stores, [ConsolePlatform(ConsoleSettings())])
     runtime = Runtime.build(stores, platforms.responders)
     responder = platforms.responders[PLATFORM]
-    assert isinstance(responder, ConsoleResponder)
+    assert isinstance(responder, ConsoleResponder)  # for `answered`, which only the console has
     answering = runtime.start_answering(jobs=False)  # what is typed here, no scheduled jobs
     user = getpass.getuser()
     thread = ThreadKey(platform=PLATFORM, workspace="local", channel=user, root="main")
@@ -59,6 +59,7 @@ async def run_chat(settings: Settings) -> None:
             await runtime.inbox.accept(msg)
             await responder.answered(msg).wait()
     finally:
+        await platforms.close()
         await answering.close()
         await runtime.close()
         sys.stdout.flush()
