@@ -236,6 +236,9 @@ class ExampleReview(Protocol):
         """Ask a data owner in a DM to confirm or reject a proposed example (Approve / Reject
         buttons naming `proposal.id`); False when it could not be posted."""
 
+    async def close(self) -> None:
+        """Release what it holds (HTTP sessions); called once, after its last answer."""
+
 
 # --- the platform plugin contract ------------------------------------------------------------
 

@@ -22,8 +22,8 @@ from agent_core.governance.policy_catalog import check_policy_names
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.toolkit.protocol import ToolError
 from agent_core.tools.sql import SqlQueryInput, SqlQueryTool
+from gateway.cli.startup_checks import verify_monitors_file
 from gateway.config import load_settings
-from gateway.startup_checks import verify_monitors_file
 from tests.readonly_warehouse import postgres_readonly
 from tests.serve_process import BA_AGENT, clean_env, free_port, start, stop, wait_healthy
 from tests.test_semantic import build_duckdb

@@ -23,8 +23,8 @@ from agent_core.data.demo import DEMO_ANOMALIES
 from gateway.cli.monitors import describe
 from gateway.jobs.monitors import monitor_job_id
 from gateway.migrate import upgrade
-from gateway.service.platforms import build_platforms
-from gateway.service.runtime import Runtime
+from gateway.service.platforms import build_platforms, configured
+from gateway.service.runtime import Runtime, open_stores
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import block_actions, signed_interaction
@@ -183,10 +183,10 @@ async def test_two_runtimes_on_one_database_run_a_monitor_once(monitors_file: Pa
         database = f"sqlite:///{tmp_path / 'gw.db'}"
         settings = gateway_settings(database, tmp_path, anthropic, slack, BA_MONITORS_FILE=str(monitors_file))
         await asyncio.to_thread(upgrade, database)
-        runtimes = [Runtime.build(settings) for _ in range(2)]
+        stores = [open_stores(settings) for _ in range(2)]
+        runtimes = [Runtime.build(s, build_platforms(s, configured(settings)).responders) for s in stores]
         try:
             for runtime in runtimes:
-                build_platforms(settings, runtime)
                 await runtime.monitor_jobs.sync()
             job = monitor_job_id(MONITOR)
             ran = await asyncio.gather(*(runtime.scheduler.run(job, morning(21)) for runtime in runtimes))

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
+from gateway.cli.startup_checks import StartupError, verify_start_up
 from gateway.config import Settings, load_settings
-from gateway.startup_checks import StartupError, verify_start_up
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import async_sessionmaker

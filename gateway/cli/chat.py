@@ -10,8 +10,8 @@ from adapters.console.platform import ConsolePlatform, ConsoleSettings
 from agent_core.messages import InboundMessage, ThreadKey, new_id
 from gateway.config import Settings
 from gateway.migrate import upgrade
-from gateway.service.platforms import gateway_services
-from gateway.service.runtime import Runtime
+from gateway.service.platforms import build_platforms
+from gateway.service.runtime import Runtime, open_stores
 
 PLATFORM = ConsolePlatform.name
 
@@ -21,13 +21,17 @@ EXIT_WORDS = {"exit", "quit", ":q"}
 async def run_chat(settings: Settings) -> None:
     """Read lines from stdin and answer them until EOF or `exit`."""
     await asyncio.to_thread(upgrade, settings.effective_database_url)
-    runtime = Runtime.build(settings)
-    responder = ConsolePlatform(ConsoleSettings()).build(gateway_services(runtime)).responder
-    runtime.responders[PLATFORM] = responder
-    runtime.start_dispatcher()
+    from adapters.console.responder import ConsoleResponder
+
+    stores = open_stores(settings)
+    platforms = build_platforms(stores, [ConsolePlatform(ConsoleSettings())])
+    runtime = Runtime.build(stores, platforms.responders)
+    responder = platforms.responders[PLATFORM]
+    assert isinstance(responder, ConsoleResponder)  # for `answered`, which only the console has
+    answering = runtime.start_answering(jobs=False)  # what is typed here, no scheduled jobs
     user = getpass.getuser()
     thread = ThreadKey(platform=PLATFORM, workspace="local", channel=user, root="main")
-    if runtime.agent is None:
+    if answering.agent is None:
         print("note: no model configured (set ANTHROPIC_API_KEY); answers will say so.")
     print("BA-Agent chat. Type your question; 'new' starts a fresh conversation, 'exit' quits.")
     try:
@@ -55,5 +59,7 @@ async def run_chat(settings: Settings) -> None:
             await runtime.inbox.accept(msg)
             await responder.answered(msg).wait()
     finally:
+        await platforms.close()
+        await answering.close()
         await runtime.close()
         sys.stdout.flush()

@@ -26,7 +26,7 @@ def load_settings(**overrides: Any) -> Settings:
 
 
 def verify_start_up(settings: Settings) -> None:
-    from gateway.startup_checks import verify_start_up as verify
+    from gateway.cli.startup_checks import verify_start_up as verify
 
     verify(settings)
 
@@ -52,7 +52,7 @@ def _listening_socket(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         reason = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be used ({exc.strerror})"
-        from gateway.startup_checks import StartupError
+        from gateway.cli.startup_checks import StartupError
 
         raise StartupError(f"port {port} on {host} {reason}; set BA_PORT or --port") from None
     sock.listen(1024)
@@ -275,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     # a short command's run time. So this module imports nothing heavy before this line, and
     # commands turn the collector back on once they are built (see `gateway.cli.tool_run`).
     gc.disable()
+    from gateway.cli.startup_checks import StartupError
     from gateway.config import ConfigError
-    from gateway.startup_checks import StartupError
 
     args = build_parser().parse_args(argv)
     try:

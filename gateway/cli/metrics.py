@@ -14,8 +14,8 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from gateway.cli.startup_checks import verify_semantic_layer
 from gateway.config import load_settings
-from gateway.startup_checks import verify_semantic_layer
 
 
 def register(commands: Any) -> None:

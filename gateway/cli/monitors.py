@@ -87,12 +87,13 @@ def _run(args: argparse.Namespace) -> int:
 
 async def _run_once(settings: Settings, name: str, at: datetime, post: bool) -> MonitorRun:
     from gateway.migrate import upgrade
-    from gateway.service.platforms import build_platforms
-    from gateway.service.runtime import Runtime
+    from gateway.service.platforms import build_platforms, configured
+    from gateway.service.runtime import Runtime, open_stores
 
     await asyncio.to_thread(upgrade, settings.effective_database_url)
-    runtime = Runtime.build(settings)
-    build_platforms(settings, runtime)  # the responders an alert is posted through
+    stores = open_stores(settings)
+    platforms = build_platforms(stores, configured(settings))  # the responders an alert is posted through
+    runtime = Runtime.build(stores, platforms.responders)
     try:
         return await runtime.monitor_jobs.runner.run(name, at, post=post)
     finally:

@@ -80,7 +80,7 @@ class MonitorRunner:
         sessions: async_sessionmaker[AsyncSession],
     ) -> None:
         self._store = store
-        self._responders = responders  # the runtime's dict: adapters fill it after start-up
+        self._responders = responders
         self._config = config
         self._sessions = sessions
         self._cubes: MetricCubes | None = None

@@ -104,7 +104,6 @@ class Scheduler(RunOnceCron):
         self._sessions = session_factory(engine)
         self._inbox = inbox
         self._schedules = schedules
-        # The runtime's dict: adapters register their responders after the scheduler is built.
         self._responders = responders
         self._data_dir = data_dir
         self._report_keys: dict[str, tuple[str, str]] = {}  # job id → (cron, tz) registered

@@ -15,8 +15,8 @@ from gateway.config import Settings
 from gateway.migrate import upgrade
 from gateway.service.feedback import FeedbackStore
 from gateway.service.metrics import http_metrics, render_metrics
-from gateway.service.platforms import Platforms, build_platforms
-from gateway.service.runtime import Runtime
+from gateway.service.platforms import Platforms, build_platforms, configured
+from gateway.service.runtime import Answering, Runtime, open_stores
 from gateway.service.worker_pool import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,9 @@ def create_app(settings: Settings) -> web.Application:
     With `BA_WORKER_PROCESSES` > 0 (the default) this process only accepts events and worker
     processes answer them; with 0 it answers them itself.
     """
-    runtime = Runtime.build(settings)
-    platforms = build_platforms(settings, runtime)
+    stores = open_stores(settings)
+    platforms = build_platforms(stores, configured(settings))
+    runtime = Runtime.build(stores, platforms.responders)
     workers = WorkerPool(settings.worker_processes) if settings.worker_processes else None
     event_routes = {route.path: p.name for p in settings.platforms for route in p.routes if route.method == "POST"}
     app = web.Application(client_max_size=1024**2, middlewares=[http_metrics(event_routes)])
@@ -143,6 +144,7 @@ def create_app(settings: Settings) -> web.Application:
     app[CREDENTIALS] = platforms.credentials
     mount_routes(app, settings, platforms)
 
+    answering: Answering | None = None  # None: the workers answer
     wake_forwarder: asyncio.Task[None] | None = None
     model_check: asyncio.Task[None] | None = None
 
@@ -152,13 +154,13 @@ def create_app(settings: Settings) -> web.Application:
         app[MODEL_CHECK].check = await check_model(settings)
 
     async def on_startup(_app: web.Application) -> None:
-        nonlocal wake_forwarder, model_check
+        nonlocal answering, wake_forwarder, model_check
         revision = await asyncio.to_thread(upgrade, settings.effective_database_url)
         log.info("database at revision %s", revision)
         await runtime.inbox.open()
         log.info(describe_configuration(settings))
         if workers is None:
-            runtime.start_answering()
+            answering = runtime.start_answering()
         else:
             await workers.start()
             wake_forwarder = asyncio.create_task(forward_wakeups(runtime.inbox.wakeup, workers))
@@ -174,6 +176,8 @@ def create_app(settings: Settings) -> web.Application:
             wake_forwarder.cancel()
         if workers is not None:
             await workers.stop()
+        if answering is not None:
+            await answering.close()
         await runtime.close()
 
     app.on_startup.append(on_startup)

@@ -13,8 +13,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Mapping
 
 from opentelemetry import trace
 
@@ -29,8 +28,6 @@ from adapters.base import (
     Responder,
 )
 from agent_core.data.upload_limits import UploadLimits
-from agent_core.governance.approval import ApprovalStatus, may_decide, verdict_of
-from agent_core.governance.approval_store import ApprovalStore, StoredApproval
 from agent_core.hooks import TurnObserver
 from agent_core.i18n import t
 from agent_core.loop import AgentLoop, TurnEnd, TurnResult
@@ -50,6 +47,7 @@ from agent_core.store.threads import ThreadStore
 from agent_core.toolkit.progress import step_title
 from agent_core.toolkit.protocol import ToolResult
 from agent_core.tracing import TRACER_NAME
+from gateway.service.approval_flow import ApprovalFlow
 from gateway.service.attachments import fetch_conversation_tables, ingest_attachments
 from gateway.service.earlier_messages import earlier_messages
 from gateway.service.inbox import Inbox
@@ -114,15 +112,14 @@ class Dispatcher:
         ledger: OutboundLedger,
         store: ThreadStore,
         agent: AgentLoop | None,
-        responders: dict[str, Responder],
+        responders: Mapping[str, Responder],
         run_deps: RunDepsFactory,
+        approvals: ApprovalFlow,
+        menu: MenuAnswers,
         concurrency: int = 8,
         lease_seconds: float = 60.0,
         poll_interval_s: float = 1.0,
         upload_limits: UploadLimits | None = None,
-        approvals: ApprovalStore | None = None,
-        approval_ttl: timedelta = timedelta(hours=1),
-        menu: MenuAnswers | None = None,
     ) -> None:
         self._inbox = inbox
         self._ledger = ledger
@@ -135,7 +132,6 @@ class Dispatcher:
         self._poll_interval_s = poll_interval_s
         self._upload_limits = upload_limits or UploadLimits()
         self._approvals = approvals
-        self._approval_ttl = approval_ttl
         self._menu = menu
         self._process_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
         self._tasks: list[asyncio.Task[None]] = []
@@ -146,9 +142,8 @@ class Dispatcher:
         self._tasks = [
             asyncio.create_task(self._claim_loop(), name="dispatcher"),
             asyncio.create_task(self._inbox.listen_for_work(), name="inbox-listener"),
+            asyncio.create_task(self._approvals.expire_overdue(), name="approval-expiry"),
         ]
-        if self._approvals is not None:
-            self._tasks.append(asyncio.create_task(self._expire_approvals(), name="approval-expiry"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -264,7 +259,7 @@ class Dispatcher:
         if msg.approval is not None:
             return await self._decide(row, msg, msg.approval, responder, delivery_id)
         if msg.menu is not None:
-            return await self._menu.reply(msg) if self._menu is not None else None
+            return await self._menu.reply(msg)
         if msg.is_dm and msg.text.strip().lower() in RESET_COMMANDS:
             await self._store.reset(msg.thread)
             return OutboundReply(text=t(msg.language, "Started a fresh conversation. What would you like to analyse?"))
@@ -276,7 +271,7 @@ class Dispatcher:
                 )
             )
         thread_id = await self._store.open(msg.thread, dm_owner=msg.user if msg.is_dm else None)
-        await self._withdraw_approvals(thread_id, msg, responder)
+        await self._approvals.withdraw_superseded(thread_id, msg, responder)
         agent = self._agent
 
         async def stop_turn(partial: str, stop: InboundMessage) -> TurnResult:
@@ -380,12 +375,7 @@ class Dispatcher:
         if not isinstance(responder, ApprovalPrompts):  # nobody could approve it: it stays unrun
             text = t(msg.language, "This query needs an approval, which cannot be given on this platform; it was not run.")
             return OutboundReply(text=text)
-        if self._approvals is None:
-            raise RuntimeError("a turn paused for an approval, but approvals are not stored")
-        approval = await self._approvals.open(thread_id, msg, result.approval, self._approval_ttl)
-        if approval.message_ref is None:  # not posted yet (a retry after a crash finds it posted)
-            ref = await responder.ask_approval(msg, approval)
-            await self._approvals.set_message_ref(approval.id, ref or "")
+        await self._approvals.ask(thread_id, msg, result.approval, responder)
         return None
 
     async def _decide(
@@ -396,30 +386,16 @@ class Dispatcher:
         responder: Responder,
         delivery_id: str,
     ) -> OutboundReply | None:
-        """Settle an approval (once: a double click is a duplicate event, a late one finds it
-        decided) and resume its turn, as the asker, with the decision."""
-        if self._approvals is None or self._agent is None:
+        """Settle an approval (`ApprovalFlow.decide`) and resume its turn, as the asker, with
+        the decision."""
+        if self._agent is None:
             return None
-        stored = await self._approvals.get(action.approval_id)
-        if stored is None:
+        settled = await self._approvals.decide(click, action, responder)
+        if settled is None:
             return None
-        origin = stored.origin
-        if action.choice != "expire" and not may_decide(stored, click.platform, click.user):
-            return None  # the adapter refuses these; a forged event changes nothing
-        late = action.choice == "expire" or click.received_at >= stored.expires_at
-        status = ApprovalStatus.EXPIRED if late else _DECISIONS[action.choice]
-        settled = await self._approvals.settle(stored.id, status, None if late else click.user)
-        if settled is None or settled.status is ApprovalStatus.WITHDRAWN:
-            return None
-        if isinstance(responder, ApprovalPrompts):
-            with contextlib.suppress(Exception):  # the buttons' update is cosmetic
-                await responder.show_decision(origin, settled)
+        origin = settled.origin
         thread_id = await self._store.open(origin.thread, dm_owner=origin.user if origin.is_dm else None)
-        verdicts = [
-            verdict_of(a, who=a.decided_by)
-            for a in await self._approvals.settled_in(thread_id)
-            if a.status is not ApprovalStatus.WITHDRAWN
-        ]
+        verdicts = await self._approvals.verdicts(thread_id)
         deps = self._run_deps(origin, thread_id)  # the asker's identity: their policy applies
         await fetch_conversation_tables(deps)
         agent = self._agent
@@ -435,32 +411,6 @@ class Dispatcher:
         result = await self._traced(row, origin, thread_id, responder, delivery_id, turn, stop_turn)
         return await self._reply_or_ask(result, origin, thread_id, responder, delivery_id)
 
-    async def _withdraw_approvals(self, thread_id: str, msg: InboundMessage, responder: Responder) -> None:
-        """A new message in a thread supersedes the approvals it still waits for. The message
-        that asked for one does not: answering it again (after a crash) finds its own pause."""
-        if self._approvals is None:
-            return
-        for pending in await self._approvals.pending_in(thread_id):
-            if pending.origin.dedupe_key == msg.dedupe_key:
-                continue
-            settled = await self._approvals.settle(pending.id, ApprovalStatus.WITHDRAWN, None)
-            if settled is not None and settled.status is ApprovalStatus.WITHDRAWN and isinstance(responder, ApprovalPrompts):
-                with contextlib.suppress(Exception):
-                    await responder.show_decision(pending.origin, settled)
-
-    async def _expire_approvals(self) -> None:
-        """Turn each approval nobody decided in time into an "expire" event of its thread: the
-        paused turn then resumes with the expiry as its result (a click racing it is the same
-        event, so only one of them is accepted)."""
-        assert self._approvals is not None
-        while True:
-            try:
-                for approval in await self._approvals.expired_pending():
-                    await self._inbox.accept(expiry_event(approval))
-            except Exception:
-                log.exception("could not expire pending approvals")
-            await asyncio.sleep(max(self._poll_interval_s, 1.0))
-
     async def _deliver(
         self, row_id: int, msg: InboundMessage, responder: Responder, reply: OutboundReply, delivery_id: str
     ) -> None:
@@ -472,7 +422,6 @@ class Dispatcher:
 
 
 _RATED = frozenset({TurnEnd.ANSWERED, TurnEnd.MAX_TOKENS, TurnEnd.STOPPED})
-_DECISIONS = {"approve": ApprovalStatus.APPROVED, "reject": ApprovalStatus.REJECTED}
 
 
 async def _open_stream(responder: Responder, msg: InboundMessage, delivery_id: str) -> AnswerStream | None:
@@ -483,10 +432,6 @@ async def _open_stream(responder: Responder, msg: InboundMessage, delivery_id: s
 def _mention(responder: Responder, user: str) -> str:
     """Who `user` is in a note: notified where the platform can, else named by id."""
     return (responder.mention(user).strip() if isinstance(responder, Mentions) else "") or user
-
-
-def expiry_event(approval: StoredApproval) -> InboundMessage:
-    return approval.click("expire", event_id=f"approval-expired:{approval.id}", user=approval.origin.user)
 
 
 def _user_message(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import func, update
@@ -146,7 +147,7 @@ class Feedback:
         store: FeedbackStore,
         learned: LearnedExamples,
         policy: AccessPolicy | None,
-        responders: dict[str, Responder],
+        responders: Mapping[str, Responder],
     ) -> None:
         self._store = store
         self._learned = learned

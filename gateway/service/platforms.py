@@ -1,16 +1,18 @@
 """The configured chat platforms: their adapters, built the same way in every process.
 
-The serve process mounts their routes and opens their long connections; a worker process only
-uses their responders to answer. Platforms are the plugins `load_settings` read
-(`adapters.registry`); none is known here by name.
+They are built on the `Stores`, before the `Runtime`, which gets their responders. The serve
+process mounts their routes and opens their long connections; a worker process only uses their
+responders to answer. Platforms are the plugins `load_settings` read (`adapters.registry`);
+none is known here by name.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from functools import partial
+from types import MappingProxyType
 from typing import Any
 
 from adapters.base import ConnectionStatus, CredentialStatus, GatewayServices, Platform, PlatformAdapter, Responder
@@ -19,24 +21,25 @@ from agent_core.i18n import Language
 from gateway.config import Settings
 from gateway.jobs.monitors import alert_actions
 from gateway.service.feedback import Feedback, FeedbackStore
-from gateway.service.runtime import Runtime
+from gateway.service.runtime import Stores
 
 
-def gateway_services(runtime: Runtime) -> GatewayServices:
-    """What an adapter gets from the gateway: the inbox to commit to and ask about live threads."""
+def gateway_services(stores: Stores, responders: Mapping[str, Responder]) -> GatewayServices:
+    """What an adapter gets from the gateway: the inbox to commit to and ask about live threads;
+    `responders` are the platforms' own, for feedback to ask data owners on theirs."""
     return GatewayServices(
-        accept=runtime.inbox.accept,
-        is_live=runtime.inbox.thread_is_live,
-        approvals=runtime.approvals.get,
-        monitor_actions=alert_actions(runtime.monitors),
-        engine=runtime.engine,
+        accept=stores.inbox.accept,
+        is_live=stores.inbox.thread_is_live,
+        approvals=stores.approvals.get,
+        monitor_actions=alert_actions(stores.monitors),
+        engine=stores.engine,
         feedback=Feedback(
-            FeedbackStore(runtime.engine),
-            LearnedExamples(runtime.sessions),
-            runtime.settings.access_policy,
-            runtime.responders,
+            FeedbackStore(stores.engine),
+            LearnedExamples(stores.sessions),
+            stores.settings.access_policy,
+            responders,
         ),
-        suggested_prompts=partial(suggested_prompts, runtime.settings),
+        suggested_prompts=partial(suggested_prompts, stores.settings),
     )
 
 
@@ -54,15 +57,12 @@ async def suggested_prompts(
     return await asyncio.to_thread(metric_prompts, settings, identity, language)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Platforms:
-    """The adapters of the configured platforms, by platform name."""
+    """The adapters of the configured platforms and their responders, by platform name."""
 
-    adapters: dict[str, PlatformAdapter] = field(default_factory=dict)
-
-    @property
-    def responders(self) -> dict[str, Responder]:
-        return {name: adapter.responder for name, adapter in self.adapters.items()}
+    adapters: Mapping[str, PlatformAdapter]
+    responders: Mapping[str, Responder]
 
     @property
     def connections(self) -> dict[str, Callable[[], ConnectionStatus | None]]:
@@ -90,9 +90,15 @@ def configured(settings: Settings) -> list[Platform[Any]]:
     return [platform for platform in settings.platforms if platform.settings.configured]
 
 
-def build_platforms(settings: Settings, runtime: Runtime) -> Platforms:
-    """Adapters for every configured platform, accepting into the runtime's inbox."""
-    services = gateway_services(runtime)
-    platforms = Platforms({platform.name: platform.build(services) for platform in configured(settings)})
-    runtime.responders.update(platforms.responders)
-    return platforms
+def build_platforms(stores: Stores, plugins: Iterable[Platform[Any]]) -> Platforms:
+    """Adapters for `plugins` (`configured` ones, or the console), accepting into the inbox."""
+    adapters: dict[str, PlatformAdapter] = {}
+    responders: dict[str, Responder] = {}
+    # Feedback on one platform may ask a data owner on another, built after it: the services
+    # see the responders read-only, complete before any adapter receives an event.
+    services = gateway_services(stores, MappingProxyType(responders))
+    for platform in plugins:
+        adapter = platform.build(services)
+        adapters[platform.name] = adapter
+        responders[platform.name] = adapter.responder
+    return Platforms(MappingProxyType(adapters), MappingProxyType(responders))

@@ -1,8 +1,11 @@
-"""Everything the service runs on, built once from `Settings` and closed once.
+"""Everything the service runs on, built once from `Settings` and closed once, in layers.
 
-The agent (model client, tools, the analytics stack) is built only by a process that answers
-(`start_dispatcher`): the accepting `serve` process never imports it, so it starts fast and
-stays small.
+`Stores` (the database and the stores on it) come first: the platforms' adapters are built on
+them (`gateway.service.platforms`). The `Runtime` adds the platforms' responders, as a mapping
+that never changes, and the jobs that post through them. `Answering` is what only a process
+that answers has: the agent (model client, tools, the analytics stack), the dispatcher and the
+catalog's refresh. The accepting `serve` process never builds it, so it starts fast and stays
+small.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -52,43 +56,50 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
     )
 
 
-@dataclass
-class Runtime:
+@dataclass(frozen=True)
+class Stores:
+    """The settings, the service database and the stores on it: what platforms are built on."""
+
     settings: Settings
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
     store: ThreadStore
     inbox: Inbox
     ledger: OutboundLedger
-    scheduler: Scheduler
     schedules: ScheduleStore
     approvals: ApprovalStore
     monitors: MonitorStore
+
+
+def open_stores(settings: Settings) -> Stores:
+    """Create the engine and the stores (no I/O yet)."""
+    engine = create_engine(settings.effective_database_url)
+    sessions = session_factory(engine)
+    return Stores(
+        settings, engine, sessions, ThreadStore(sessions), Inbox(engine), OutboundLedger(engine),
+        ScheduleStore(sessions), ApprovalStore(sessions), MonitorStore(sessions, settings.monitors),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Runtime(Stores):
+    """The stores, the responders of the platforms this process answers through, and the jobs
+    that post through them (fired only where `start_answering` starts the scheduler)."""
+
+    responders: Mapping[str, Responder]
+    scheduler: Scheduler
     monitor_jobs: MonitorJobs
-    responders: dict[str, Responder] = field(default_factory=dict)
-    agent: AgentLoop | None = None
-    dispatcher: Dispatcher | None = None
-    _checkpointer: asyncio.Task[None] | None = None
-    _catalog_refresh: asyncio.Task | None = None
 
     @classmethod
-    def build(cls, settings: Settings) -> Runtime:
-        """Create engine and stores (no I/O yet)."""
-        engine = create_engine(settings.effective_database_url)
-        sessions = session_factory(engine)
-        store = ThreadStore(sessions)
-        inbox = Inbox(engine)
-        responders: dict[str, Responder] = {}  # shared with the scheduler; adapters fill it
-        schedules = ScheduleStore(sessions)
+    def build(cls, stores: Stores, responders: Mapping[str, Responder]) -> Runtime:
+        """The runtime over `stores`, answering through `responders` (by platform name)."""
+        settings = stores.settings
         scheduler = Scheduler(
-            engine, inbox, schedules, responders, settings.data_dir, scheduler_config(settings)
+            stores.engine, stores.inbox, stores.schedules, responders, settings.data_dir, scheduler_config(settings)
         )
-        monitors = MonitorStore(sessions, settings.monitors)
-        monitor_jobs = MonitorJobs(scheduler, monitors, MonitorRunner(monitors, responders, settings, sessions))
-        return cls(
-            settings, engine, sessions, store, inbox, OutboundLedger(engine), scheduler, schedules,
-            ApprovalStore(sessions), monitors, monitor_jobs, responders,
-        )  # fmt: skip
+        runner = MonitorRunner(stores.monitors, responders, settings, stores.sessions)
+        monitor_jobs = MonitorJobs(scheduler, stores.monitors, runner)
+        return cls(**vars(stores), responders=responders, scheduler=scheduler, monitor_jobs=monitor_jobs)
 
     def build_agent(self) -> AgentLoop | None:
         """The agent that answers, or None when no model is configured (answers say so)."""
@@ -123,45 +134,55 @@ class Runtime:
             scheduled_run=msg.scheduled_run,
         )
 
-    def start_dispatcher(self) -> None:
+    def start_answering(self, *, jobs: bool = True) -> Answering:
+        """Answer the inbox in this process: the dispatcher and, with `jobs`, the scheduler's
+        jobs and the schema catalog's refresh (`chat` answers its terminal without them)."""
         from agent_core.data.upload_limits import UploadLimits
+        from gateway.service.approval_flow import ApprovalFlow
         from gateway.service.dispatcher import Dispatcher
         from gateway.service.menu import MenuAnswers
 
-        self.agent = self.build_agent()
-        self._checkpointer = asyncio.create_task(sqlite_checkpointer(self.engine))
-        self.dispatcher = Dispatcher(
+        settings = self.settings
+        agent = self.build_agent()
+        checkpointer = asyncio.create_task(sqlite_checkpointer(self.engine))
+        approvals = ApprovalFlow(
+            self.approvals, self.inbox, timedelta(minutes=settings.approval_ttl_minutes), settings.poll_interval_s
+        )
+        dispatcher = Dispatcher(
             inbox=self.inbox,
             ledger=self.ledger,
             store=self.store,
-            agent=self.agent,
+            agent=agent,
             responders=self.responders,
             run_deps=self.run_deps,
-            concurrency=self.settings.max_concurrent_turns,
-            lease_seconds=self.settings.lease_seconds,
-            poll_interval_s=self.settings.poll_interval_s,
-            upload_limits=UploadLimits(max_bytes=self.settings.max_upload_mb * 1024**2),
-            approvals=self.approvals,
-            approval_ttl=timedelta(minutes=self.settings.approval_ttl_minutes),
+            approvals=approvals,
             menu=MenuAnswers(self.store, self.monitors, self.schedules),
+            concurrency=settings.max_concurrent_turns,
+            lease_seconds=settings.lease_seconds,
+            poll_interval_s=settings.poll_interval_s,
+            upload_limits=UploadLimits(max_bytes=settings.max_upload_mb * 1024**2),
         )
-        self.dispatcher.start()
+        dispatcher.start()
+        catalog_refresh = None
+        if jobs:
+            if settings.datasources:  # the schema catalog behind search_schema
+                catalog_refresh = self._schedule_catalog_refresh()
+            self.monitor_jobs.install()
+            self.scheduler.start()
+        return Answering(agent, dispatcher, self.scheduler, checkpointer, catalog_refresh)
 
-    def start_answering(self) -> None:
-        """Answer the inbox in this process: the dispatcher and the scheduler's jobs."""
-        self.start_dispatcher()
-        if self.settings.datasources:  # the schema catalog behind search_schema
-            from apscheduler.triggers.cron import CronTrigger
+    def _schedule_catalog_refresh(self) -> asyncio.Task[object]:
+        """Refresh the sources not refreshed lately now (the task doing it), then check hourly."""
+        from apscheduler.triggers.cron import CronTrigger
 
-            from agent_core.catalog.refresh import refresh_at_start_up
+        from agent_core.catalog.refresh import refresh_at_start_up
 
-            settings = self.settings
-            self._catalog_refresh = refresh_at_start_up(settings.datasources, self.sessions, settings.catalog_refresh_hours)
-            # Checked hourly, claimed by one process; only sources older than the period are read.
-            check = CronTrigger.from_crontab(CATALOG_CHECK_CRON, timezone=UTC)
-            self.scheduler.add_job("catalog-refresh", check, self._refresh_catalog)
-        self.monitor_jobs.install()
-        self.scheduler.start()
+        settings = self.settings
+        at_start_up = refresh_at_start_up(settings.datasources, self.sessions, settings.catalog_refresh_hours)
+        # Checked hourly, claimed by one process; only sources older than the period are read.
+        check = CronTrigger.from_crontab(CATALOG_CHECK_CRON, timezone=UTC)
+        self.scheduler.add_job("catalog-refresh", check, self._refresh_catalog)
+        return at_start_up
 
     async def _refresh_catalog(self, _fire_time: datetime) -> None:
         from agent_core.catalog.refresh import refresh_catalog
@@ -170,20 +191,31 @@ class Runtime:
         await refresh_catalog(self.settings.datasources, self.sessions, stale_after=stale_after)
 
     async def close(self) -> None:
-        await self.scheduler.stop()  # first: no new runs while the dispatcher winds down
-        if self.dispatcher is not None:
-            await self.dispatcher.stop()
-        if self.agent is not None:
-            await self.agent.aclose()
-        if self._catalog_refresh is not None:
-            self._catalog_refresh.cancel()
-        if self._checkpointer is not None:
-            self._checkpointer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._checkpointer
+        """Close the responders and the database; an `Answering` over it is closed first."""
         for responder in self.responders.values():
-            close = getattr(responder, "close", None)
-            if close is not None:
-                await close()
+            await responder.close()
         await self.inbox.close()
         await self.engine.dispose()
+
+
+@dataclass(frozen=True)
+class Answering:
+    """What exists only in a process that answers the inbox (`Runtime.start_answering`)."""
+
+    agent: AgentLoop | None  # None when no model is configured: answers say so
+    dispatcher: Dispatcher
+    scheduler: Scheduler  # the runtime's, firing here when jobs were started
+    checkpointer: asyncio.Task[None]
+    catalog_refresh: asyncio.Task[object] | None  # the start-up refresh, with data sources
+
+    async def close(self) -> None:
+        """Stop answering: no new runs, the dispatcher wound down, the agent's clients closed."""
+        await self.scheduler.stop()  # first: no new runs while the dispatcher winds down
+        await self.dispatcher.stop()
+        if self.agent is not None:
+            await self.agent.aclose()
+        if self.catalog_refresh is not None:
+            self.catalog_refresh.cancel()
+        self.checkpointer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.checkpointer

@@ -16,8 +16,8 @@ import signal
 import sys
 
 from gateway.config import Settings
-from gateway.service.platforms import build_platforms
-from gateway.service.runtime import Runtime
+from gateway.service.platforms import build_platforms, configured
+from gateway.service.runtime import Runtime, open_stores
 from gateway.service.worker_pool import MODEL_CHECK_LINE, READY_LINE
 
 log = logging.getLogger(__name__)
@@ -31,8 +31,9 @@ async def run_worker(settings: Settings, supervised: bool, check_model: bool = F
 
         revision = await asyncio.to_thread(upgrade, settings.effective_database_url)
         log.info("database at revision %s", revision)
-    runtime = Runtime.build(settings)
-    platforms = build_platforms(settings, runtime)
+    stores = open_stores(settings)
+    platforms = build_platforms(stores, configured(settings))
+    runtime = Runtime.build(stores, platforms.responders)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -42,7 +43,7 @@ async def run_worker(settings: Settings, supervised: bool, check_model: bool = F
         watcher = asyncio.create_task(watch_supervisor(runtime.inbox.wakeup, stop))
     else:
         loop.add_signal_handler(signal.SIGINT, stop.set)
-    runtime.start_answering()
+    answering = runtime.start_answering()
     gc.freeze()  # as in serve: start-up objects live as long as the process
     log.info("worker answering (%s)", ", ".join(runtime.responders) or "no platform configured")
     if supervised:
@@ -58,6 +59,7 @@ async def run_worker(settings: Settings, supervised: bool, check_model: bool = F
         if check_model:
             checked.cancel()
         await platforms.close()
+        await answering.close()
         await runtime.close()
         gc.unfreeze()  # let extension modules see their objects released at exit
 
