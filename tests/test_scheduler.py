@@ -39,6 +39,7 @@ from agent_core.tools.deps import ScheduledWork, ToolDeps
 from agent_core.tools.schedule_tools import (
     CancelScheduleInput,
     CancelScheduleTool,
+    CreationLimits,
     ListSchedulesInput,
     ListSchedulesTool,
     ScheduleInfo,
@@ -461,7 +462,7 @@ async def test_schedule_report_refuses_targets_it_cannot_reach(store: ScheduleSt
 
 
 async def test_schedules_per_user_are_capped(store: ScheduleStore, tmp_path: Path) -> None:
-    tool = ScheduleReportTool(store, max_per_user=2, clock=clock)
+    tool = ScheduleReportTool(store, limits=CreationLimits(max_per_user=2), clock=clock)
     args = ScheduleReportInput(prompt="GMV please", cron="0 9 * * *", timezone="UTC")
     await tool.run(args, chat_ctx(tmp_path))
     await tool.run(args, chat_ctx(tmp_path))

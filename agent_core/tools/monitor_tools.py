@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from pydantic import BaseModel, Field
 
@@ -30,7 +30,13 @@ from agent_core.run_context import RunContext
 from agent_core.schedules.model import next_fire_times, parse_schedule
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
 from agent_core.tools.deps import OnChange, ToolDeps
-from agent_core.tools.schedule_tools import ConversationOrigin, checked_schedule
+from agent_core.tools.schedule_tools import (
+    DEFAULT_LIMITS,
+    ConversationOrigin,
+    CreationLimits,
+    checked_schedule,
+    require_owner,
+)
 
 # A Slack channel reference as the model may copy it from a message: <#C0123|sales-ops>.
 _CHANNEL_LINK = re.compile(r"^<#([A-Z0-9]+)(\|[^>]*)?>$")
@@ -103,24 +109,22 @@ class CreateMonitorTool(Tool[CreateMonitorInput]):
         config: AgentConfig,
         *,
         on_change: OnChange | None = None,
-        min_interval: timedelta = timedelta(hours=1),
-        max_per_user: int = 20,
+        limits: CreationLimits = DEFAULT_LIMITS,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._store = store
         self._config = config
         self._on_change = on_change
-        self._min_interval = min_interval
-        self._max_per_user = max_per_user
+        self._limits = limits
         self._clock = clock
 
     async def run(self, args: CreateMonitorInput, ctx: RunContext) -> MonitorInfo:
         origin = ConversationOrigin.of(ctx)
         now = self._clock()
-        cron, _ = checked_schedule(args.cron, args.timezone, now, self._min_interval, "monitors")
+        cron, _ = checked_schedule(args.cron, args.timezone, now, self._limits.min_interval, "monitors")
         channel = _channel_id(args.channel) if args.channel else origin.channel
         mine = [m for m in await self._store.in_workspace(origin.platform, origin.workspace) if m.creator == origin.user]
-        if len(mine) >= self._max_per_user:
+        if len(mine) >= self._limits.max_per_user:
             raise ToolError(
                 f"You already have {len(mine)} monitors, the most allowed; delete one first (list_monitors).",
                 ErrorType.RESOURCE_ERROR,
@@ -260,12 +264,7 @@ class DeleteMonitorTool(Tool[DeleteMonitorInput]):
                 f"Monitor {args.name!r} is set up by the operators (BA_MONITORS_FILE); ask them to remove it.",
                 ErrorType.PERMISSION_DENIED,
             )
-        if origin.user != monitor.creator and origin.user not in self._admins:
-            raise ToolError(
-                f"Monitor {args.name!r} belongs to {monitor.creator_name or monitor.creator}; "
-                "only they or an admin can delete it.",
-                ErrorType.PERMISSION_DENIED,
-            )
+        require_owner(origin, self._admins, monitor.creator, monitor.creator_name, f"Monitor {args.name!r}", "delete")
         await self._store.delete(args.name)
         if self._on_change is not None:
             await self._on_change()

@@ -9,6 +9,7 @@ gateway sets it as the run's ``chat`` (`agent_core.run_context.ChatOrigin`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -122,6 +123,28 @@ class CancelResult(BaseModel):
 
 
 
+@dataclass(frozen=True)
+class CreationLimits:
+    """What one person may schedule from conversations: how often it runs, and how many."""
+
+    min_interval: timedelta = timedelta(hours=1)
+    max_per_user: int = 20
+
+
+DEFAULT_LIMITS = CreationLimits()
+
+
+def require_owner(
+    origin: ConversationOrigin, admins: frozenset[str], creator: str, creator_name: str | None, what: str, verb: str
+) -> None:
+    """Only who made a scheduled thing (or an admin) may `verb` it; a ToolError for anyone else."""
+    if origin.user != creator and origin.user not in admins:
+        raise ToolError(
+            f"{what} belongs to {creator_name or creator}; only they or an admin can {verb} it.",
+            ErrorType.PERMISSION_DENIED,
+        )
+
+
 class ScheduleReportInput(BaseModel):
     prompt: str = Field(
         ...,
@@ -171,24 +194,22 @@ class ScheduleReportTool(Tool[ScheduleReportInput]):
         *,
         dm_address: DmAddress = lambda _platform, _user: None,
         on_change: OnChange | None = None,
-        min_interval: timedelta = timedelta(hours=1),
-        max_per_user: int = 20,
+        limits: CreationLimits = DEFAULT_LIMITS,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._store = store
         self._on_change = on_change
         self._dm_address = dm_address
-        self._min_interval = min_interval
-        self._max_per_user = max_per_user
+        self._limits = limits
         self._clock = clock
 
     async def run(self, args: ScheduleReportInput, ctx: RunContext) -> ScheduleInfo:
         origin = ConversationOrigin.of(ctx)
         now = self._clock()
-        cron, next_run_at = checked_schedule(args.cron, args.timezone, now, self._min_interval, "reports")
+        cron, next_run_at = checked_schedule(args.cron, args.timezone, now, self._limits.min_interval, "reports")
         channel, thread_root, is_dm = _target(origin, args.deliver_to, self._dm_address)
         count = await self._store.count_enabled(origin.platform, origin.workspace, origin.user)
-        if count >= self._max_per_user:
+        if count >= self._limits.max_per_user:
             raise ToolError(
                 f"You already have {count} scheduled reports, the most allowed; cancel one first "
                 "(list_schedules shows them).",
@@ -342,12 +363,7 @@ class CancelScheduleTool(Tool[CancelScheduleInput]):
                 f"There is no scheduled report #{args.schedule_id} in this workspace.",
                 ErrorType.INVALID_PARAMETERS,
             )
-        if origin.user != row.creator and origin.user not in self._admins:
-            raise ToolError(
-                f"Scheduled report #{args.schedule_id} belongs to {row.creator_name or row.creator}; "
-                "only they or an admin can cancel it.",
-                ErrorType.PERMISSION_DENIED,
-            )
+        require_owner(origin, self._admins, row.creator, row.creator_name, f"Scheduled report #{args.schedule_id}", "cancel")
         now = self._clock()
         if not row.enabled:
             return CancelResult(cancelled=False, schedule=ScheduleInfo.of(row, now), note="already off")
