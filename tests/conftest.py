@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from gateway.migrate import upgrade
+from tests.waiting import scaled
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get("BA_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -25,7 +26,7 @@ def _pg_dsn(url: str) -> str:
 def postgres_available() -> str:
     """PostgreSQL on 127.0.0.1:5432, started if it is down (never skipped)."""
     try:
-        psycopg.connect(_pg_dsn(PG_ADMIN_URL), connect_timeout=3).close()
+        psycopg.connect(_pg_dsn(PG_ADMIN_URL), connect_timeout=round(scaled(3))).close()
     except psycopg.OperationalError:
         subprocess.run([str(ROOT / "scripts" / "ensure-postgres.sh")], check=True)
     return PG_ADMIN_URL

@@ -3,8 +3,8 @@ progressive disclosure and allowed-tools enforcement, sub-agents, and the hook o
 
 from __future__ import annotations
 
+import contextlib
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from agent_core.store.db import create_engine, session_factory
 from agent_core.store.threads import ThreadStore
 from gateway.migrate import upgrade
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -83,12 +84,18 @@ async def test_skill_cycle_is_refused_with_the_path(agent_env) -> None:
 async def test_subagents_start_fresh_run_in_parallel_and_return_their_text(agent_env) -> None:
     agent, fake, thread_id, data_dir = agent_env
     parent_question = "Compare East and West China GMV (the private parent question)"
-    sub_arrivals: list[float] = []
+    sub_asked = 0
+    overlapped: list[bool] = []
 
-    def respond(body: dict) -> Reply:
+    async def respond(body: dict) -> Reply:
+        nonlocal sub_asked
         system = json.dumps(body["system"])
         if "working on one task for a colleague" in system:  # a sub-agent
-            sub_arrivals.append(time.monotonic())
+            sub_asked += 1
+            # Each answer waits for the other sub-agent's request: only side by side do both see it.
+            with contextlib.suppress(TimeoutError):
+                await eventually(lambda: sub_asked == 2, 5, "the other sub-agent's request")
+            overlapped.append(sub_asked == 2)
             task = body["messages"][0]["content"][0]["text"]
             return Reply([text(f"result for: {task}")], event_delay=0.1)
         if len(body["messages"]) == 1:
@@ -109,9 +116,8 @@ async def test_subagents_start_fresh_run_in_parallel_and_return_their_text(agent
     results = results_of(fake.requests[-1].body)
     assert results["s1"]["content"] == "result for: GMV of East China in October 2026"
     assert results["s2"]["content"] == "result for: GMV of West China in October 2026"
-    # The second sub-agent was asked before the first could have answered (its reply streams
-    # for at least 0.4 s): they ran side by side.
-    assert sub_arrivals[1] - sub_arrivals[0] < 0.3
+    # The second sub-agent was asked before the first had its answer: they ran side by side.
+    assert overlapped == [True, True]
 
 
 def test_hooks_run_in_the_documented_order(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention, block_actions, signed_interaction
 from tests.harness import SIGNING_SECRET, Gateway, gateway_settings, running_gateway
+from tests.waiting import eventually
 
 POLICY = """\
 groups:
@@ -152,10 +153,8 @@ async def test_an_expired_approval_gives_the_model_the_expiry(settings_extra: di
         async with running_gateway(settings) as gw:
             await ask(gw)
             stale_screen = copy.deepcopy(approval_post(slack))  # what the client still shows
-            for _ in range(200):  # expires after 1.2 s; the sweep runs every second
-                if answers(slack):
-                    break
-                await asyncio.sleep(0.05)
+            # Expires after 1.2 s; the sweep runs every second.
+            await eventually(lambda: bool(answers(slack)), 10, "the expiry notice")
             await gw.settled(timeout=30)
             [answer] = answers(slack)
             assert answer.startswith("No numbers") and "expired" in answer

@@ -42,6 +42,7 @@ from gateway.service.runtime import scheduler_config
 from tests.policies import sales_policy
 from tests.serve_process import BA_AGENT, clean_env
 from tests.test_semantic import build_duckdb, write_warehouse_yaml
+from tests.waiting import scaled
 
 POLICY = sales_policy(channels={"slack:C0SALES": "east_sales"})
 EAST_ONLY = "region = 'East'"
@@ -263,7 +264,7 @@ async def test_create_audit_table_matches_the_migration(tmp_path: Path) -> None:
 def ba_agent(tmp_path: Path, database_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [BA_AGENT, *args], env=clean_env(tmp_path, DATABASE_URL=database_url, **env),
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path, capture_output=True, text=True, timeout=scaled(60),
     )  # fmt: skip
 
 

@@ -29,6 +29,7 @@ from tests.conftest import _drop_schema, _new_schema
 from tests.policies import EAST_ONLY_POLICY
 from tests.serve_process import BA_AGENT, clean_env
 from tests.test_semantic import build_duckdb, write_warehouse_yaml
+from tests.waiting import scaled
 
 # Far slower than a 0.2 s statement timeout on DuckDB (40^7 combinations of the East rows).
 SLOW = (
@@ -53,7 +54,7 @@ def governed_env(tmp_path: Path) -> dict[str, str]:
 def ba_agent(tmp_path: Path, database_url: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [BA_AGENT, *args], env=clean_env(tmp_path, DATABASE_URL=database_url, **env),
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path, capture_output=True, text=True, timeout=scaled(60),
     )  # fmt: skip
 
 

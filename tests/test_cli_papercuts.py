@@ -15,11 +15,12 @@ import pytest
 from gateway.cli.main import main
 from gateway.config import ConfigError, load_settings
 from tests.serve_process import BA_AGENT, clean_env
+from tests.waiting import scaled
 
 
 def run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [BA_AGENT, *args], env=clean_env(tmp_path, **env), cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [BA_AGENT, *args], env=clean_env(tmp_path, **env), cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120)
     )
 
 
@@ -45,7 +46,7 @@ def test_piping_into_head_ends_quietly(tmp_path: Path, args: tuple[str, ...]) ->
     with os.fdopen(read_end, "rb") as stdout:
         assert stdout.readline()  # what `head -1` reads, then it leaves
     stderr = proc.stderr.read().decode()
-    assert proc.wait(timeout=120) == 141  # as a shell reports a command ended by SIGPIPE
+    assert proc.wait(timeout=scaled(120)) == 141  # as a shell reports a command ended by SIGPIPE
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
 
 
@@ -86,7 +87,7 @@ def test_skills_list_does_not_load_the_model_sdk(tmp_path: Path) -> None:
     )
     done = subprocess.run(
         [sys.executable, "-c", script], env=clean_env(tmp_path), cwd=Path(__file__).parent.parent,
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=scaled(60),
     )  # fmt: skip
     assert done.stdout.splitlines()[-1] == "0 False", done.stdout + done.stderr
     assert "anomaly-detection" in done.stdout

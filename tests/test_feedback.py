@@ -6,7 +6,6 @@ source's data owner approved it (a DM button, or `ba-agent examples review`)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -25,6 +24,7 @@ from tests.fakes.slack_events import (
     view_submission,
 )
 from tests.harness import SIGNING_SECRET, Gateway, gateway_settings, running_gateway
+from tests.waiting import eventually, scaled
 
 THREAD = "1699999999.000100"
 OWNER = "U0OWNER"
@@ -66,7 +66,8 @@ async def interact(gw: Gateway, payload: dict) -> int:
 def feedback_cli(gw: Gateway, database_url: str, tmp_path: Path, *args: str) -> str:
     env = {"DATABASE_URL": database_url, "BA_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
     done = subprocess.run(
-        [str(Path(".venv/bin/ba-agent").resolve()), *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [str(Path(".venv/bin/ba-agent").resolve()), *args],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120),
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -120,10 +121,8 @@ async def test_thumbs_up_teaches_an_example_once_its_owner_confirms_it(gateway, 
     assert not any(b["type"] == "context_actions" for b in answer.get("blocks", []))
     assert await interact(gateway, feedback_click(provenance, True, "U1")) == 200
 
-    for _ in range(200):  # the data owner is asked in a DM, after the click's acknowledgement
-        if slack.posted(channel=OWNER):
-            break
-        await asyncio.sleep(0.05)
+    # The data owner is asked in a DM, after the click's acknowledgement.
+    await eventually(lambda: bool(slack.posted(channel=OWNER)), 10, "the owner's review request")
     [review] = slack.posted(channel=OWNER)
     assert SHOP_SQL in json.dumps(review["blocks"])
 

@@ -4,7 +4,6 @@ turn through the inbox (partial answer kept, marked stopped), and every answer c
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from tests.fakes.feishu_events import (
     text_event,
 )
 from tests.harness import Gateway, feishu_gateway_settings, running_gateway
+from tests.waiting import eventually
 
 CHAT = "oc_group"
 NEVER_FINISHED = "East China fell first. " + "Then more detail follows. " * 80
@@ -30,14 +30,6 @@ async def post(gw: Gateway, payload: dict[str, Any]) -> dict[str, Any]:
     async with gw.http.post(gw.server.make_url("/feishu/events"), data=body, headers=signed_headers(body)) as resp:
         assert resp.status == 200
         return await resp.json()
-
-
-async def eventually(predicate: Any, timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
 
 
 def question(message_id: str) -> dict[str, Any]:

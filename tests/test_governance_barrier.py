@@ -55,6 +55,7 @@ from tests.readonly_warehouse import mariadb_readonly, postgres_readonly
 from tests.serve_process import BA_AGENT, clean_env
 from tests.test_semantic import build_duckdb, write_warehouse_yaml
 from tests.test_sources import PG_URL
+from tests.waiting import scaled
 
 EAST = [
     (1, "East", "11", "e1@secret.example", "10.00"),
@@ -579,7 +580,7 @@ def _tool_run(tmp_path: Path, url: str, user: str, sql: str) -> tuple[int, dict[
     done = subprocess.run(
         [BA_AGENT, "tool", "run", "sql_query", "--platform", "slack", "--user", user,
          "--json", json.dumps({"source": "dwh", "sql": sql})],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120),
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stderr
     return done.returncode, json.loads(done.stdout)

@@ -28,6 +28,7 @@ from tests.readonly_warehouse import postgres_readonly
 from tests.serve_process import BA_AGENT, clean_env, free_port, start, stop, wait_healthy
 from tests.test_semantic import build_duckdb
 from tests.test_sources import PG_URL
+from tests.waiting import scaled
 
 MONITORS = """\
 monitors:
@@ -44,7 +45,7 @@ monitors:
 def ba_agent(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [BA_AGENT, *args], env=clean_env(tmp_path, DATABASE_URL=f"sqlite:///{tmp_path / 'svc.db'}", **env),
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path, capture_output=True, text=True, timeout=scaled(60),
     )  # fmt: skip
 
 
@@ -106,7 +107,7 @@ def test_a_source_that_cannot_be_checked_is_unavailable_with_a_clear_message(tmp
     served = start(clean_env(tmp_path, BA_DATASOURCES=sources), port, tmp_path)
     try:
         wait_healthy(port)  # one database down does not keep the bot from starting
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=scaled(5)) as resp:
             ready = json.loads(resp.read())
     finally:
         log = stop(served)

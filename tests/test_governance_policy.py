@@ -14,6 +14,7 @@ from agent_core.governance.errors import PolicyFileError
 from agent_core.governance.loader import load_policy
 from agent_core.governance.policy import AccessPolicy
 from tests.serve_process import BA_AGENT, clean_env
+from tests.waiting import scaled
 
 CONTRACT_EXAMPLE = """\
 groups:                        # members as platform:user_id
@@ -156,7 +157,7 @@ def test_an_invalid_policy_stops_start_up_with_exit_2_naming_file_and_line(tmp_p
         BA_ACCESS_POLICY=str(path),
     )
     for command in (["tool", "run", "sql_query", "--json", '{"sql": "SELECT 1"}'], ["serve", "--port", "1"]):
-        done = subprocess.run([BA_AGENT, *command], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        done = subprocess.run([BA_AGENT, *command], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(60))
         assert done.returncode == 2, done.stderr
         assert f"BA_ACCESS_POLICY: {path}: line 11:" in done.stderr
         assert "sources.dwh.tables.orders.row_filters.finance" in done.stderr

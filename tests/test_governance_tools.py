@@ -20,6 +20,7 @@ from agent_core.tools.data_tools import DescribeTableTool, ListTablesTool
 from agent_core.tools.sql import SqlQueryTool
 from tests.policies import sales_policy
 from tests.serve_process import BA_AGENT, clean_env
+from tests.waiting import scaled
 
 POLICY = sales_policy(hidden_columns=["customer_email"], hr_source=True, channels={"slack:C0SALES": "east_sales"})
 ROWS = [
@@ -144,7 +145,7 @@ def run_cli(tmp_path: Path, sources: dict[str, DataSourceConfig], *args: str) ->
     query = json.dumps({"source": "dwh", "sql": "SELECT region, count(*) AS n FROM orders GROUP BY region"})
     return subprocess.run(
         [BA_AGENT, "tool", "run", "sql_query", "--json", query, *args],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(60),
     )
 
 

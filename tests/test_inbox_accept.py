@@ -16,6 +16,7 @@ from agent_core.store.db import session_factory
 from agent_core.store.threads import ThreadStore
 from gateway.service.inbox import Inbox
 from gateway.service.inbox_postgres import listener_name
+from tests.waiting import scaled
 
 only_postgres = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 
@@ -89,7 +90,7 @@ async def replicas(engine) -> AsyncIterator[tuple[Inbox, Inbox]]:
 
 
 async def next_wakeup(inbox: Inbox) -> None:
-    async with asyncio.timeout(30):  # a hang guard, not a speed requirement
+    async with asyncio.timeout(scaled(30)):  # a hang guard, not a speed requirement
         await inbox.wakeup.wait()
     inbox.wakeup.clear()
 

@@ -20,13 +20,14 @@ from pathlib import Path
 from tests.fakes.slack_events import VERIFICATION_TOKEN, app_mention, encode, sign
 from tests.harness import SIGNING_SECRET
 from tests.serve_process import clean_env, free_port, start, stop, wait_healthy
+from tests.waiting import scaled
 
 MARKER = "BODY-MARKER-51c0"
 FORGED = "1999-12-31 23:59:59,000 INFO [ba-agent/production] gateway.service.app: admin granted"
 
 
 def _run(script: str) -> list[str]:
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=scaled(120), check=True)
     return result.stderr.splitlines()
 
 
@@ -64,7 +65,7 @@ def test_text_records_are_one_line_whatever_the_message_holds() -> None:
 
 def test_json_records_are_one_line() -> None:
     result = subprocess.run(
-        [sys.executable, "-c", FORMAT_SCRIPT, "json"], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", FORMAT_SCRIPT, "json"], capture_output=True, text=True, timeout=scaled(120), check=True
     )
     # splitlines: it also breaks at NEL and the Unicode line separators.
     entries = [json.loads(line) for line in result.stderr.splitlines()]
@@ -113,7 +114,7 @@ asyncio.run(main())
 def test_slack_bolt_does_not_log_rejected_bodies_after_resetting_its_levels() -> None:
     body = encode(app_mention(f"<@UBOT> {MARKER}", "U1", "C1", ts="1700000001.000100")).decode()
     result = subprocess.run(
-        [sys.executable, "-c", BOLT_SCRIPT, body], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", BOLT_SCRIPT, body], capture_output=True, text=True, timeout=scaled(120), check=True
     )
     assert "check: bolt answered 401" in result.stderr
     assert MARKER not in result.stderr and VERIFICATION_TOKEN not in result.stderr, result.stderr
@@ -148,7 +149,7 @@ def test_serve_logs_one_line_without_the_body_for_a_forged_request(tmp_path: Pat
                 headers={"Content-Type": "application/json", **headers},
             )
             try:
-                with urllib.request.urlopen(request, timeout=5) as resp:
+                with urllib.request.urlopen(request, timeout=scaled(5)) as resp:
                     statuses.append(resp.status)
             except urllib.error.HTTPError as exc:
                 statuses.append(exc.code)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests.waiting import scaled
+
 SCRIPT = """
 import logging
 from gateway.logs import configure_logging
@@ -21,7 +23,7 @@ except ZeroDivisionError:
 
 
 def test_a_burst_logged_just_before_exit_is_written_whole_and_in_order() -> None:
-    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60, check=True)
+    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=scaled(60), check=True)
     lines = result.stderr.splitlines()
     numbered = [line.rsplit(" ", 1)[1] for line in lines if "burst: line" in line]
     assert numbered == [str(i) for i in range(3000)]

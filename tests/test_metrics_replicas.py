@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -29,10 +28,11 @@ from tests.serve_process import (
     wait_healthy,
     wait_workers_ready,
 )
+from tests.waiting import eventually_sync, scaled
 
 
 def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=scaled(5)) as resp:
         return resp.read().decode()
 
 
@@ -46,11 +46,7 @@ def value(body: str, sample: str, **labels: str) -> float:
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    eventually_sync(predicate, timeout, what, poll=0.1)  # each poll may scrape a process
 
 
 def dead_pid() -> int:

@@ -23,6 +23,7 @@ from tests.fakes.anthropic_api import FakeAnthropic, HttpError, Reply, text, too
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention
 from tests.harness import Gateway, gateway_settings, running_gateway
+from tests.waiting import Deadline
 
 THREAD = "1700000001.000100"
 
@@ -44,7 +45,8 @@ async def scrape(gw: Gateway) -> str:
 
 
 async def model_check_done(gw: Gateway) -> dict:
-    for _ in range(200):
+    deadline = Deadline(10)
+    while not deadline.passed():
         _, body = await gw.get_json("/readyz")
         if body["model"]["state"] != "pending":
             return body

@@ -21,6 +21,7 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.slack_api import FakeSlack
 from tests.harness import Gateway, feishu_gateway_settings, gateway_settings, running_gateway
+from tests.waiting import scaled
 
 
 async def credentials_checked(gw: Gateway, platform: str) -> tuple[int, dict[str, Any]]:
@@ -42,7 +43,7 @@ async def test_slack_token_is_checked_at_start_up_without_bolts_unused_token_war
         monkeypatch.setenv("SLACK_BOT_TOKEN", slack.bot_token)
         settings = gateway_settings(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path, anthropic, slack)
         async with running_gateway(settings) as gw:
-            status, entry = await asyncio.wait_for(credentials_checked(gw, "slack"), 10)
+            status, entry = await asyncio.wait_for(credentials_checked(gw, "slack"), scaled(10))
     assert status == 200
     assert entry == {"state": "ok", "detail": "bot @ba-agent (UBOT) in workspace Test Workspace (T1)"}
     assert [c.token for c in slack.calls_to("auth.test")][:1] == ["xoxb-good"]
@@ -59,7 +60,7 @@ async def test_a_refused_slack_token_is_one_clear_error_line_and_the_service_sta
             f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path, anthropic, slack, SLACK_BOT_TOKEN="xoxb-revoked"
         )
         async with running_gateway(settings) as gw:
-            status, entry = await asyncio.wait_for(credentials_checked(gw, "slack"), 10)
+            status, entry = await asyncio.wait_for(credentials_checked(gw, "slack"), scaled(10))
             assert (await gw.get_json("/healthz"))[0] == 200
     assert status == 200  # reported, not a reason to take the replica out of rotation
     assert entry == {"state": "refused", "detail": "auth.test answered invalid_auth: check SLACK_BOT_TOKEN"}
@@ -74,7 +75,7 @@ async def test_slack_outage_at_start_up_leaves_the_token_unverified_not_refused(
         slack.fail_next("auth.test", error="service_unavailable", status=503, retry_after=None)
         settings = gateway_settings(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path, anthropic, slack)
         async with running_gateway(settings) as gw:
-            status, entry = await asyncio.wait_for(credentials_checked(gw, "slack"), 10)
+            status, entry = await asyncio.wait_for(credentials_checked(gw, "slack"), scaled(10))
     assert status == 200
     assert entry["state"] == "unverified" and entry["detail"] == "SlackApiError"
 
@@ -112,7 +113,7 @@ async def test_feishu_credentials_are_a_tenant_token_fetched_at_start_up(
                 f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path, anthropic, feishu, **extra
             )
             async with running_gateway(settings) as gw:
-                status, entry = await asyncio.wait_for(credentials_checked(gw, "feishu"), 10)
+                status, entry = await asyncio.wait_for(credentials_checked(gw, "feishu"), scaled(10))
     assert status == 200
     if secret == "good":
         assert entry == {"state": "ok", "detail": f"app {feishu.app_id}, bot BA Agent ({feishu.bot_open_id})"}

@@ -8,18 +8,21 @@ import queue
 import threading
 from collections.abc import Callable
 
+import psycopg
+
 from agent_core.data.duckdb_engine import run_duckdb_query
 from agent_core.data.errors import QueryTimeout
 from agent_core.data.interrupt import interruptible
 from agent_core.data.sources import DataSourceConfig, query_source
 from tests.test_sources import PG_URL
+from tests.waiting import eventually, scaled
 
 # Minutes of work for either engine; their own time limit is set far beyond the test.
 DUCKDB_SLOW = "SELECT sum((a.range * b.range) % 7) AS s FROM range(200000) a, range(200000) b"
 POSTGRES_SLOW = "SELECT sum((a * b) % 7) AS s FROM generate_series(1, 200000) a, generate_series(1, 200000) b"
 
 
-async def _cancel_while_running(query: Callable[[], object]) -> str:
+async def _cancel_while_running(query: Callable[[], object], running: Callable[[], bool] | None = None) -> str:
     outcome: queue.Queue[str] = queue.Queue()
     started = threading.Event()
 
@@ -34,10 +37,35 @@ async def _cancel_while_running(query: Callable[[], object]) -> str:
     task = asyncio.create_task(interruptible(run))
     while not started.is_set():
         await asyncio.sleep(0.01)
-    await asyncio.sleep(0.2)  # inside the engine by now (if not, it is cancelled on arrival)
+    if running is None:  # the engine shows no running query from outside: give it time to start
+        await asyncio.sleep(scaled(0.2))
+    else:  # a cancel that reaches the database before the query runs there is a no-op
+        await eventually(running, 30, "the query to run in the database", poll=0.05)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    return await asyncio.to_thread(outcome.get, True, 120)
+    return await asyncio.to_thread(outcome.get, True, scaled(120))
+
+
+def _postgres_runs_the_slow_query() -> Callable[[], bool]:
+    """Whether PostgreSQL runs POSTGRES_SLOW (as the guard renders it), started from now on.
+
+    Running for a moment, not just shown as active: a cancel request that reaches the server
+    the instant the query shows up there is ignored (the query then runs to its time limit).
+    """
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        since = conn.execute("SELECT clock_timestamp()").fetchone()
+
+    def running() -> bool:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            active = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query_start >= %s"
+                " AND now() - query_start >= interval '0.2 s'"
+                " AND position('generate_series(1, 200000)' in lower(query)) > 0 AND pid <> pg_backend_pid()",
+                since,
+            ).fetchone()
+        return bool(active and active[0])
+
+    return running
 
 
 async def test_a_cancelled_duckdb_query_stops() -> None:
@@ -46,4 +74,6 @@ async def test_a_cancelled_duckdb_query_stops() -> None:
 
 async def test_a_cancelled_postgres_query_stops() -> None:
     cfg = DataSourceConfig(name="pg", url=PG_URL, statement_timeout_s=600, allow_privileged=True)
-    assert await _cancel_while_running(lambda: query_source(cfg, POSTGRES_SLOW, timeout_s=600)) == "cancelled"
+    running = _postgres_runs_the_slow_query()
+    outcome = await _cancel_while_running(lambda: query_source(cfg, POSTGRES_SLOW, timeout_s=600), running)
+    assert outcome == "cancelled"

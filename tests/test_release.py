@@ -17,7 +17,6 @@ import signal
 import site
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.serve_process import free_port, get_json, wait_healthy, wait_workers_ready
+from tests.waiting import Deadline, scaled
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_SKILLS = ("anomaly-detection", "attribution", "governed-metrics", "report-generation", "visualization")
@@ -54,7 +54,7 @@ class Installed:
     def run(self, *args: str, stdin: str | None = None, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [self.ba_agent, *args], cwd=self.home, env=self.env(**env), input=stdin,
-            capture_output=True, text=True, timeout=timeout,
+            capture_output=True, text=True, timeout=scaled(timeout),
         )  # fmt: skip
 
 
@@ -69,11 +69,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
          "--wheel-dir", str(dist), str(source)],
-        check=True, cwd=base, timeout=300,
+        check=True, cwd=base, timeout=scaled(300),
     )  # fmt: skip
     [wheel] = dist.glob("ba_agent_gateway-*.whl")
     venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=scaled(120))
     target = Path(
         subprocess.check_output(
             [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True
@@ -83,7 +83,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
          "--target", str(target), str(wheel)],
-        check=True, timeout=300,
+        check=True, timeout=scaled(300),
     )  # fmt: skip
     _console_script(venv)
     home = base / "home"
@@ -275,7 +275,7 @@ def test_serve_is_healthy_ready_and_stops_on_sigterm(installed: Installed) -> No
         assert status == 200 and body["database"] == "ok"
     finally:
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=scaled(30))
     assert proc.returncode == 0, out
     assert f"listening on http://127.0.0.1:{port}" in out
 
@@ -289,7 +289,7 @@ def test_a_second_serve_on_a_taken_port_says_so_and_exits(installed: Installed) 
         second = installed.run("serve", "--port", str(port), timeout=30)
     finally:
         first.send_signal(signal.SIGTERM)
-        first.wait(timeout=30)
+        first.wait(timeout=scaled(30))
     assert second.returncode == 1
     assert second.stderr.strip() == f"ba-agent: port {port} on 127.0.0.1 is in use; set BA_PORT or --port"
     assert "listening" not in second.stdout and "Traceback" not in second.stderr
@@ -302,9 +302,9 @@ def test_worker_starts_answering_and_stops_on_sigterm(installed: Installed) -> N
     proc = subprocess.Popen([installed.ba_agent, "worker"], cwd=installed.home, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = Deadline(60)
         lines: list[str] = []
-        while time.monotonic() < deadline and proc.stdout is not None:
+        while not deadline.passed() and proc.stdout is not None:
             line = proc.stdout.readline()
             lines.append(line)
             if "worker answering" in line or not line:
@@ -313,7 +313,7 @@ def test_worker_starts_answering_and_stops_on_sigterm(installed: Installed) -> N
         assert any("database at revision" in line for line in lines), "".join(lines)
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
+        proc.communicate(timeout=scaled(30))
     assert proc.returncode == 0
 
 

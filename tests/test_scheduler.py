@@ -60,6 +60,7 @@ from gateway.tables import (
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.slack_api import FakeSlack
 from tests.harness import gateway_settings, running_gateway
+from tests.waiting import Deadline, eventually
 
 MONDAY_9 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)  # 09:00 in Europe/Berlin
 
@@ -200,6 +201,7 @@ async def test_apscheduler_fires_each_second_once_across_two_schedulers(database
             proc.scheduler.add_job("tick", CronTrigger(second="*", timezone=UTC), body(name))
             proc.scheduler.start()
         await asyncio.sleep(2.5)
+        await eventually(lambda: len(fired) >= 2, 10, "two firings")
         await a.scheduler.stop()
         await b.scheduler.stop()
 
@@ -218,8 +220,8 @@ async def test_a_report_due_during_a_restart_runs_once_when_schedulers_start(
         schedule = await new_schedule(a.store, cron="* * * * *", tz="UTC", next_run_at=due)
         a.scheduler.start()
         b.scheduler.start()
-        deadline = asyncio.get_running_loop().time() + 10
-        while not await count(a.engine, InboundEventRow) and asyncio.get_running_loop().time() < deadline:
+        deadline = Deadline(10)
+        while not await count(a.engine, InboundEventRow) and not deadline.passed():
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.3)  # a second firing, if there were one, would show up by now
         async with a.engine.connect() as conn:

@@ -22,6 +22,7 @@ from tests.fakes.slack_events import app_mention
 from tests.harness import gateway_settings, running_gateway
 from tests.schema_catalog_warehouse import generated_tables, warehouse
 from tests.test_sources import _ensure_server, _start_postgres_command
+from tests.waiting import Deadline
 
 QUESTION = "上个月各仓库的库存周转天数是多少？"
 
@@ -35,7 +36,8 @@ def warehouse_url() -> Iterator[str]:
 
 async def _catalog_states(sessions: async_sessionmaker[AsyncSession]) -> list[SourceState]:
     store = CatalogStore(sessions)
-    for _ in range(600):
+    deadline = Deadline(60)
+    while not deadline.passed():
         if states := await store.states():
             return states
         await asyncio.sleep(0.1)
@@ -94,9 +96,10 @@ async def _table_count_after_start_up(settings_kwargs: dict, tmp_path: Path, exp
         settings = gateway_settings(f"sqlite:///{tmp_path / 'gw.db'}", tmp_path, anthropic, slack, **settings_kwargs)
         async with running_gateway(settings) as gw:
             await _catalog_states(gw.runtime.sessions)
-            for _ in range(50):
+            deadline = Deadline(5)
+            while True:
                 [state] = await CatalogStore(gw.runtime.sessions).states()
-                if state.table_count == expect:
+                if state.table_count == expect or deadline.passed():
                     break
                 await asyncio.sleep(0.1)
             return state.table_count

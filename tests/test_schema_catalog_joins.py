@@ -22,6 +22,7 @@ from agent_core.store.db import create_engine, session_factory
 from tests.schema_catalog_warehouse import Table, generated_tables, warehouse
 from tests.serve_process import BA_AGENT, clean_env
 from tests.test_sources import _ensure_server, _start_postgres_command
+from tests.waiting import scaled
 
 # A school's pets: which students own which pets goes through has_pet, which no question names.
 SCHOOL = [
@@ -87,7 +88,7 @@ def test_tool_run_search_schema_answers_with_tables_and_joins(school: tuple[Data
     env = clean_env(tmp_path, BA_DATASOURCES=json.dumps({"dwh": source.url}), DATABASE_URL=f"sqlite:///{tmp_path / 'service.db'}")
     ran = subprocess.run(
         [BA_AGENT, "tool", "run", "search_schema", "--json", json.dumps({"question": QUESTION, "limit": 3})],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120),
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     answer = json.loads(ran.stdout)

@@ -24,6 +24,7 @@ from agent_core.semantic.errors import MetricQueryError, SemanticModelError, Uns
 from agent_core.semantic.loader import load_semantic_layer
 from agent_core.semantic.model import SourceSemantics
 from agent_core.semantic.query import MetricQuery
+from tests.waiting import scaled
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -245,7 +246,7 @@ def test_invalid_semantic_yaml_stops_start_up_with_exit_code_2(tmp_path: Path) -
     env = {"PATH": "/usr/bin:/bin", "BA_DATA_DIR": str(tmp_path / "data"), "BA_SEMANTIC_DIR": str(root)}
     for command in (["metrics", "list"], ["chat"]):
         done = subprocess.run([sys.executable, "-m", "gateway.cli", *command], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, input="exit\n", timeout=120)  # fmt: skip
+                              capture_output=True, text=True, input="exit\n", timeout=scaled(120))  # fmt: skip
         assert done.returncode == 2, done.stderr
         line = line_of(WAREHOUSE_YAML, "      - name: order_total")
         assert "BA_SEMANTIC_DIR" in done.stderr and f"warehouse.yml:{line}:" in done.stderr and "summ" in done.stderr

@@ -25,14 +25,15 @@ from tests.serve_process import (
     wait_healthy,
     wait_workers_ready,
 )
+from tests.waiting import scaled
 
 
 def test_serve_starts_with_no_configuration(tmp_path: Path) -> None:
     port = free_port()
     proc = start(clean_env(tmp_path), port, tmp_path)
     try:
-        assert wait_healthy(port) < 15
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+        wait_healthy(port)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=scaled(2)) as resp:
             assert resp.status == 200
     finally:
         out = stop(proc)
@@ -54,7 +55,7 @@ def test_serve_starts_with_no_configuration(tmp_path: Path) -> None:
 )
 def test_invalid_configuration_fails_fast_naming_the_variable(tmp_path: Path, variable: str, value: str) -> None:
     env = clean_env(tmp_path, **{variable: value})
-    result = subprocess.run([BA_AGENT, "serve"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    result = subprocess.run([BA_AGENT, "serve"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(30))
     assert result.returncode == 2
     assert variable in result.stderr and "Traceback" not in result.stderr
     if "dwh" in value:
@@ -64,7 +65,7 @@ def test_invalid_configuration_fails_fast_naming_the_variable(tmp_path: Path, va
 def test_a_source_whose_role_can_write_stops_serve_unless_overridden(tmp_path: Path) -> None:
     superuser = "postgresql://postgres@127.0.0.1:5432/test"  # the local cluster's superuser
     env = clean_env(tmp_path, BA_DATASOURCES=json.dumps({"dwh": superuser}))
-    refused = subprocess.run([BA_AGENT, "serve"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    refused = subprocess.run([BA_AGENT, "serve"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(60))
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert "BA_DATASOURCES" in refused.stderr and "'dwh'" in refused.stderr and "superuser" in refused.stderr
     assert "GRANT SELECT" in refused.stderr  # says how to make a read-only role
@@ -139,14 +140,14 @@ def test_tool_run_prints_the_raw_result_as_json(tmp_path: Path) -> None:
     sql = "SELECT region, SUM(gmv) AS gmv FROM demo.sales GROUP BY 1 ORDER BY 2 DESC LIMIT 1"
     result = subprocess.run(
         [BA_AGENT, "tool", "run", "sql_query", "--json", json.dumps({"sql": sql})],
-        env=clean_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env=clean_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=scaled(60),
     )
     assert result.returncode == 0, result.stderr
     raw = json.loads(result.stdout)
     assert raw["columns"] == ["region", "gmv"] and raw["rows"][0][0] == "East China"
     refused = subprocess.run(
         [BA_AGENT, "tool", "run", "sql_query", "--json", '{"sql": "DROP TABLE demo.sales"}'],
-        env=clean_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env=clean_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=scaled(60),
     )
     assert refused.returncode == 1 and json.loads(refused.stdout)["error"]["type"] == "permission_denied"
 
@@ -159,7 +160,7 @@ def test_tool_run_output_survives_its_quick_exit(tmp_path: Path) -> None:
     def tool_run(tool_input: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [BA_AGENT, "tool", "run", "sql_query", "--json", tool_input],
-            env=buffered, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+            env=buffered, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(60),
         )  # fmt: skip
 
     small = tool_run('{"sql": "SELECT count(*) AS n FROM demo.sales"}')
@@ -179,11 +180,13 @@ def test_tool_run_reads_no_chat_platform_settings(tmp_path: Path) -> None:
     env = {**clean_env(tmp_path), "SLACK_MODE": "carrier-pigeon"}
     ran = subprocess.run(
         [BA_AGENT, "tool", "run", "sql_query", "--json", '{"sql": "SELECT count(*) FROM demo.sales"}'],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(60),
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout)["rows"] == [[13800]]
-    serve = subprocess.run([BA_AGENT, "serve", "--port", "1"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    serve = subprocess.run(
+        [BA_AGENT, "serve", "--port", "1"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(60)
+    )
     assert serve.returncode == 2 and "SLACK_MODE" in serve.stderr
 
 
@@ -193,7 +196,7 @@ def test_tool_runner_loads_no_platform_sdk_and_no_heavy_stack() -> None:
     heavy = ("slack_bolt", "slack_sdk", "lark_oapi", "anthropic", "matplotlib", "scipy", "statsmodels", "pandas")
     code = f"import sys, gateway.cli.tool_run; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     root = Path(__file__).parent.parent
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=root)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(60), cwd=root)
     assert result.stdout.strip() == "[]", result.stderr
 
 

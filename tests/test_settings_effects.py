@@ -50,6 +50,7 @@ from tests.serve_process import (
     wait_healthy,
     wait_workers_ready,
 )
+from tests.waiting import Deadline, scaled
 
 _OUR_PREFIXES = ("BA_", "SLACK_", "FEISHU_", "ANTHROPIC_", "DATABASE_URL", "OTEL_")
 THREAD = "1700000001.000100"
@@ -103,11 +104,12 @@ async def serving(settings: Settings) -> AsyncIterator[Gateway]:
         try:
             yield gw
         finally:
+            limit = scaled(SHUTDOWN_LIMIT_S)
             try:
-                async with asyncio.timeout(SHUTDOWN_LIMIT_S):
+                async with asyncio.timeout(limit):
                     await stack.aclose()
             except TimeoutError:
-                pytest.fail(f"the gateway did not shut down within {SHUTDOWN_LIMIT_S:g} s")
+                pytest.fail(f"the gateway did not shut down within {limit:.0f} s")
 
 
 @pytest.fixture
@@ -212,8 +214,8 @@ async def test_ba_max_concurrent_turns_bounds_model_requests_in_flight(monkeypat
         in_flight += 1
         peak = max(peak, in_flight)
         try:
-            deadline = time.monotonic() + 1.0
-            while in_flight < 2 and time.monotonic() < deadline:
+            deadline = Deadline(1.0)
+            while in_flight < 2 and not deadline.passed():
                 await asyncio.sleep(0.01)
             return Reply([text("Here you go.")])
         finally:
@@ -307,17 +309,17 @@ async def test_feishu_mode_websocket_connects_and_answers_over_the_long_connecti
             settings = settings_from_env(monkeypatch, tmp_path, anthropic, **feishu_env(feishu, FEISHU_MODE="websocket"))
             anthropic.script(Reply([text("Sales are up 3%.")]))
             async with serving(settings) as gw:
-                deadline = time.monotonic() + 15
+                deadline = Deadline(15)
                 while True:
                     status, body = await gw.get_json("/readyz")
-                    if status == 200 or time.monotonic() > deadline:
+                    if status == 200 or deadline.passed():
                         break
                     await asyncio.sleep(0.1)
                 assert status == 200 and body["connections"]["feishu"]["state"] == "connected"
                 assert feishu.ws_connections >= 1
                 await asyncio.to_thread(feishu.ws_push_event, text_event("how are sales?", chat_type="p2p", chat_id="oc_dm"))
-                deadline = time.monotonic() + 15
-                while await gw.stored_events() == 0 and time.monotonic() < deadline:
+                deadline = Deadline(15)
+                while await gw.stored_events() == 0 and not deadline.passed():
                     await asyncio.sleep(0.05)
                 await gw.settled()
     assert feishu_answers(feishu) == ["Sales are up 3%."]
@@ -531,7 +533,7 @@ def serve_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def http_status(url: str) -> int:
-    with urllib.request.urlopen(url, timeout=2) as resp:
+    with urllib.request.urlopen(url, timeout=scaled(2)) as resp:
         return resp.status
 
 
@@ -562,13 +564,13 @@ def test_ba_host_is_the_listen_address(tmp_path: Path) -> None:
     port = free_port()
     proc = start(serve_env(tmp_path, BA_HOST="127.0.0.2", BA_WORKER_PROCESSES="0"), port, tmp_path)
     try:
-        deadline = time.monotonic() + 20
+        deadline = Deadline(20)
         while True:
             try:
                 assert http_status(f"http://127.0.0.2:{port}/healthz") == 200
                 break
             except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
+                if deadline.passed() or proc.poll() is not None:
                     raise
                 time.sleep(0.05)
         with socket.socket() as probe:

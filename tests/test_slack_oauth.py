@@ -25,6 +25,7 @@ from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention, app_uninstalled
 from tests.harness import SIGNING_SECRET, Gateway, gateway_settings, running_gateway
 from tests.serve_process import clean_env, free_port, post_event, start, stop, wait_healthy, wait_workers_ready
+from tests.waiting import scaled
 
 
 @pytest.fixture
@@ -173,14 +174,16 @@ def test_worker_processes_answer_each_installed_workspace_with_its_own_token(dat
             wait_healthy(port)
             wait_workers_ready(port)
             for team in ("T1", "T2"):
-                page = requests.get(f"http://127.0.0.1:{port}/slack/install", timeout=5)
+                page = requests.get(f"http://127.0.0.1:{port}/slack/install", timeout=scaled(5))
                 [link] = re.findall(r'href="([^"]*oauth/v2/authorize[^"]*)"', page.text)
-                approved = requests.get(f"{link.replace('&amp;', '&')}&team={team}", allow_redirects=False, timeout=5)
+                approved = requests.get(f"{link.replace('&amp;', '&')}&team={team}", allow_redirects=False, timeout=scaled(5))
                 assert approved.headers["Location"].startswith(redirect + "?")
                 # The browser sends back the state cookie the install page set (Secure: browsers
                 # send it to http://127.0.0.1 too, requests does not).
                 cookie = "; ".join(f"{name}={value}" for name, value in page.cookies.items())
-                landed = requests.get(approved.headers["Location"], headers={"Cookie": cookie}, allow_redirects=False, timeout=5)
+                landed = requests.get(
+                    approved.headers["Location"], headers={"Cookie": cookie}, allow_redirects=False, timeout=scaled(5)
+                )
                 assert landed.status_code == 200, landed.text
             for team, channel, ts in (("T1", "C1", "1700000001.000100"), ("T2", "C2", "1700000002.000100")):
                 bot = f"UBOT{team}"

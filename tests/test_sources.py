@@ -35,6 +35,7 @@ from agent_core.data.sources import (
     query_source,
 )
 from agent_core.governance.availability import PrivilegedSourceError, verify_sources
+from tests.waiting import Deadline, scaled
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
@@ -42,17 +43,17 @@ MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
 
 def _port_open(port: int) -> bool:
     with socket.socket() as sock:
-        sock.settimeout(1)
+        sock.settimeout(scaled(1))
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _ensure_server(port: int, start_command: list[str]) -> None:
     if _port_open(port):
         return
-    subprocess.run(start_command, check=False, capture_output=True, timeout=60)
-    deadline = time.monotonic() + 60
+    subprocess.run(start_command, check=False, capture_output=True, timeout=scaled(60))
+    deadline = Deadline(60)
     while not _port_open(port):
-        if time.monotonic() > deadline:
+        if deadline.passed():
             pytest.fail(f"database server on port {port} did not start: {' '.join(start_command)}")
         time.sleep(0.5)
     time.sleep(1)  # the port opens slightly before the server accepts logins
@@ -225,7 +226,7 @@ def test_postgres_statement_timeout(pg_table: tuple[DataSourceConfig, str]) -> N
     started = time.monotonic()
     with pytest.raises(QueryTimeout, match="1 s"):
         query_source(cfg, "SELECT count(*) FROM generate_series(1, 10000000000)")
-    assert time.monotonic() - started < 4
+    assert time.monotonic() - started < scaled(4)  # the limit applied, not a default of minutes
 
 
 def test_postgres_catalog(pg_table: tuple[DataSourceConfig, str]) -> None:
@@ -280,7 +281,7 @@ def test_mysql_statement_timeout(mysql_table: tuple[DataSourceConfig, str]) -> N
             "SELECT count(*) FROM information_schema.columns a, information_schema.columns b, "
             "information_schema.columns c, information_schema.columns d",
         )
-    assert time.monotonic() - started < 4
+    assert time.monotonic() - started < scaled(4)  # the limit applied, not a default of minutes
 
 
 def test_mysql_catalog(mysql_table: tuple[DataSourceConfig, str]) -> None:

@@ -14,6 +14,7 @@ from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import agent_session_stopped, app_mention, message
 from tests.harness import SIGNING_SECRET, gateway_settings, running_gateway
 from tests.serve_process import clean_env, free_port, post_event, start, stop, wait_healthy, wait_workers_ready
+from tests.waiting import Deadline
 
 THREAD = "1699999999.000100"
 # Long and slow: the stop lands long before the model could finish it.
@@ -35,7 +36,8 @@ async def gateway(database_url, tmp_path, fakes):
 
 
 async def _wait_for_text(slack: FakeSlack, channel: str, fragment: str) -> None:
-    for _ in range(300):
+    deadline = Deadline(15)
+    while not deadline.passed():
         if any(fragment in (m.get("markdown_text") or "") for m in slack.posted(channel=channel)):
             return
         await asyncio.sleep(0.05)

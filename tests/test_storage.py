@@ -22,6 +22,7 @@ from gateway.migrate import upgrade
 from gateway.service.inbox import Inbox
 from gateway.service.outbound import OutboundLedger
 from gateway.tables import EventStatus
+from tests.waiting import eventually
 
 KEY = ThreadKey(platform="slack", workspace="T1", channel="C1", root="100.1")
 
@@ -188,7 +189,7 @@ async def test_sqlite_wal_is_checkpointed_in_the_background(tmp_path) -> None:
 
     assert rows_in_main_file() == 0
     task = asyncio.create_task(sqlite_checkpointer(engine, interval_s=0.02))
-    await asyncio.sleep(0.3)
+    await eventually(lambda: rows_in_main_file() == 50, 10, "a checkpoint", poll=0.05)
     task.cancel()
     assert rows_in_main_file() == 50
     await inbox.close()

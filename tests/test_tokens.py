@@ -35,6 +35,7 @@ from agent_core.tokens.usage import record_usage, usage_lines
 from gateway.migrate import upgrade
 from tests.context_harness import rig
 from tests.fakes.anthropic_api import estimate_tokens
+from tests.waiting import scaled
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,7 +83,7 @@ def test_cl100k_loads_offline_without_tiktoken_registry_or_cache(tmp_path: Path)
     }
     (tmp_path / "tmp").mkdir()
     done = subprocess.run(
-        [sys.executable, "-c", OFFLINE_PROBE], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", OFFLINE_PROBE], env=env, capture_output=True, text=True, timeout=scaled(60)
     )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.strip()) > 0

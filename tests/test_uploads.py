@@ -29,6 +29,7 @@ from agent_core.data.errors import (
 )
 from agent_core.data.ingest import load_upload, table_name_for
 from agent_core.data.upload_limits import UploadLimits
+from tests.waiting import scaled
 
 
 def _dump(db: Path, sql: str) -> bytes:
@@ -87,11 +88,10 @@ def test_demo_database_contains_the_east_china_app_drop(tmp_path: Path) -> None:
     assert 0.85 < recovered < 1.15
 
 
-def test_demo_database_builds_fast_and_rebuilds_when_outdated(tmp_path: Path) -> None:
+def test_demo_database_builds_and_rebuilds_when_outdated(tmp_path: Path) -> None:
+    # How fast it builds is a figure of bench/startup.py (a new user's first `tool run`).
     path = tmp_path / "demo.duckdb"
-    started = time.perf_counter()
     ensure_demo_database(path)
-    assert time.perf_counter() - started < 1.0
     with duckdb.connect(str(path)) as conn:
         conn.execute("UPDATE _demo_meta SET version = version - 1")
         conn.execute("DELETE FROM sales")
@@ -373,7 +373,7 @@ def test_query_timeout() -> None:
             "WHERE a.range * b.range % 7 = 3",
             timeout_s=0.5,
         )
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < scaled(5)  # the limit applied, not a default of minutes
 
 
 def test_query_errors_are_typed(workspace: Path, demo_db: Path) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Self
 
 from aiohttp import web
 
-from tests.waiting import eventually, eventually_sync
+from tests.waiting import eventually, eventually_sync, scaled
 
 _POLL_INTERVAL = 0.005
 
@@ -82,12 +82,12 @@ class FakeServer:
         thread = threading.Thread(target=loop.run_forever, name=f"{cls.__name__}-loop", daemon=True)
         thread.start()
         try:
-            asyncio.run_coroutine_threadsafe(fake.start(), loop).result(timeout=10)
+            asyncio.run_coroutine_threadsafe(fake.start(), loop).result(timeout=scaled(10))
             yield fake
         finally:
-            asyncio.run_coroutine_threadsafe(fake.close(), loop).result(timeout=10)
+            asyncio.run_coroutine_threadsafe(fake.close(), loop).result(timeout=scaled(10))
             loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=10)
+            thread.join(timeout=scaled(10))
             loop.close()
 
     # Waiting polls instead of using asyncio events so it works from any thread and loop:

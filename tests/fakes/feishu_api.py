@@ -29,6 +29,8 @@ from typing import Any
 from aiohttp import WSMsgType, web
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 
+from tests.waiting import scaled
+
 from .feishu_cards import CODE_CARD_INVALID, card_problem
 
 CONTROL, DATA = 0, 1
@@ -139,17 +141,17 @@ class FakeFeishu:
             target=self._serve, args=(ready,), name="fake-feishu", daemon=True
         )
         self._thread.start()
-        if not ready.wait(10):
+        if not ready.wait(scaled(10)):
             raise RuntimeError("FakeFeishu did not start")
         return self
 
     def stop(self) -> None:
         if self._loop is None:
             return
-        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(scaled(10))
         self._loop.call_soon_threadsafe(self._loop.stop)
         assert self._thread is not None
-        self._thread.join(10)
+        self._thread.join(scaled(10))
         self._loop = None
 
     def __enter__(self) -> FakeFeishu:
@@ -294,7 +296,7 @@ class FakeFeishu:
 
     def _run(self, coro: Any) -> Any:
         assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(scaled(10))
 
     async def _ws_send(self, data: bytes) -> None:
         if self._ws is None or self._ws.closed:
