@@ -77,3 +77,35 @@ async def test_a_cancelled_postgres_query_stops() -> None:
     running = _postgres_runs_the_slow_query()
     outcome = await _cancel_while_running(lambda: query_source(cfg, POSTGRES_SLOW, timeout_s=600), running)
     assert outcome == "cancelled"
+
+
+async def _cancel_at_once(query: Callable[[], object]) -> str:
+    """Stop the turn the moment its query's thread starts: before the query reaches the
+    database, or in its first instant there."""
+    outcome: queue.Queue[str] = queue.Queue()
+    started = threading.Event()
+
+    def run() -> None:
+        started.set()
+        try:
+            query()
+            outcome.put("finished")
+        except QueryTimeout:
+            outcome.put("cancelled")
+
+    task = asyncio.create_task(interruptible(run))
+    while not started.is_set():
+        await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return await asyncio.to_thread(outcome.get, True, scaled(120))
+
+
+async def test_a_duckdb_query_stopped_as_it_starts_does_not_run_on() -> None:
+    assert await _cancel_at_once(lambda: run_duckdb_query(None, DUCKDB_SLOW, timeout_s=600)) == "cancelled"
+
+
+async def test_a_postgres_query_stopped_as_it_starts_does_not_run_on() -> None:
+    cfg = DataSourceConfig(name="pg", url=PG_URL, statement_timeout_s=600, allow_privileged=True)
+    for _ in range(3):  # the stop lands at a different moment of the start each time
+        assert await _cancel_at_once(lambda: query_source(cfg, POSTGRES_SLOW, timeout_s=600)) == "cancelled"

@@ -5,6 +5,12 @@ not stop the thread, and the database would go on scanning. `interruptible` runs
 function with an `Interrupt` in its context (threads started by `to_thread` see the caller's
 context variables), the engine code binds its connection's cancel to it (`on_interrupt`), and a
 cancellation of the awaiting task fires it: DuckDB's `interrupt()`, PostgreSQL's cancel request.
+
+A cancel only stops a statement the database is already running: one sent to a connection that
+has not started its query yet is a no-op, and PostgreSQL may drop one that arrives in the very
+first moment of a query (while it is still being planned or JIT-compiled). So a query whose turn
+was stopped before it began does not begin, and a fired cancel is sent again until the query
+ends.
 """
 
 from __future__ import annotations
@@ -13,13 +19,18 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+from agent_core.data.errors import QueryTimeout
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+RESEND_EVERY_S = 0.25  # a fired cancel is sent again this often while its query still runs
 
 
 class Interrupt:
@@ -30,12 +41,14 @@ class Interrupt:
         self._cancel: Callable[[], object] | None = None
         self.fired = False
 
-    def bind(self, cancel: Callable[[], object]) -> None:
+    def bind(self, cancel: Callable[[], object]) -> bool:
+        """Bind the running query's cancel; False when the turn was stopped already (the query
+        must not start: a cancel now would reach an idle connection and be lost)."""
         with self._lock:
+            if self.fired:
+                return False
             self._cancel = cancel
-            fired = self.fired
-        if fired:  # cancelled before the query started: it stops at once
-            _quietly(cancel)
+            return True
 
     def unbind(self) -> None:
         with self._lock:
@@ -46,6 +59,16 @@ class Interrupt:
             self.fired = True
             cancel = self._cancel
         if cancel is not None:
+            _quietly(cancel)
+            threading.Thread(target=self._resend, args=(cancel,), name="query-cancel", daemon=True).start()
+
+    def _resend(self, cancel: Callable[[], object]) -> None:
+        """Send `cancel` again until its query has ended (`unbind`)."""
+        while True:
+            time.sleep(RESEND_EVERY_S)
+            with self._lock:
+                if self._cancel is not cancel:
+                    return
             _quietly(cancel)
 
 
@@ -61,7 +84,8 @@ def on_interrupt(cancel: Callable[[], object]) -> Iterator[None]:
     if interrupt is None:
         yield
         return
-    interrupt.bind(cancel)
+    if not interrupt.bind(cancel):
+        raise QueryTimeout("The query was stopped before it started.")
     try:
         yield
     finally:
