@@ -21,6 +21,7 @@ from agent_core.memory import MemoryStore
 from agent_core.model import ModelClient
 from agent_core.prompts import system_prompt
 from agent_core.run_context import RunContext
+from agent_core.scheduled_work import ScheduledWork
 from agent_core.skills.loader import load_skill_catalog
 from agent_core.store.threads import ThreadStore
 from agent_core.subagents import DEFAULT_SUBAGENTS, TaskTool
@@ -31,7 +32,7 @@ from agent_core.tokens.prices import ModelTable
 from agent_core.toolkit.approval_gate import ApprovalGate
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools import memory_tool, monitor_tools, schedule_tools, skill_tools, todo
-from agent_core.tools.deps import ScheduledWork, ToolDeps
+from agent_core.tools.deps import ToolDeps
 from agent_core.tools.standard import default_tools, tools_prompt_section
 from agent_core.tracing import TracingHook
 from agent_core.workspace.local import use_object_storage

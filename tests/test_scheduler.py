@@ -27,6 +27,7 @@ from agent_core.config import AgentConfig
 from agent_core.messages import InboundMessage, OutboundReply, ThreadKey, utcnow
 from agent_core.monitors.store import MonitorStore
 from agent_core.run_context import ChatOrigin, RunContext
+from agent_core.scheduled_work import ScheduledWork
 from agent_core.schedules.model import NewSchedule, Schedule
 from agent_core.schedules.store import ScheduleStore
 from agent_core.store.db import create_engine, session_factory
@@ -35,7 +36,7 @@ from agent_core.store.threads import ThreadStore
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.toolkit.protocol import ErrorType, ToolError
 from agent_core.tools import schedule_tools
-from agent_core.tools.deps import ScheduledWork, ToolDeps
+from agent_core.tools.deps import ToolDeps
 from agent_core.tools.schedule_tools import (
     CancelScheduleInput,
     CancelScheduleTool,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -13,31 +12,9 @@ if TYPE_CHECKING:
     from agent_core.config import AgentConfig
     from agent_core.governance.access import SourceAccess
     from agent_core.memory import MemoryStore
-    from agent_core.monitors.store import MonitorStore
-    from agent_core.schedules.store import ScheduleStore
+    from agent_core.scheduled_work import ScheduledWork
     from agent_core.skills.loader import SkillCatalog
     from agent_core.toolkit.protocol import Tool
-
-
-OnChange = Callable[[], Awaitable[None]]
-DmAddress = Callable[[str, str], str | None]  # (platform, user) → the DM's channel, if addressable
-
-
-@dataclass(frozen=True)
-class ScheduledWork:
-    """What the scheduling and monitor tools need from the process that runs the schedules.
-
-    ``dm_address(platform, user)`` is the channel of `user`'s DM where the platform can address
-    one by user (the platform's responder knows); the ``on_*_change`` callbacks let the running
-    scheduler pick up what a conversation created or cancelled.
-    """
-
-    schedules: ScheduleStore
-    monitors: MonitorStore
-    admins: frozenset[str] = frozenset()
-    dm_address: DmAddress = lambda _platform, _user: None
-    on_schedules_change: OnChange | None = None
-    on_monitors_change: OnChange | None = None
 
 
 @dataclass(frozen=True)

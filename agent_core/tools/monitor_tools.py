@@ -27,9 +27,10 @@ from agent_core.monitors.model import (
 )
 from agent_core.monitors.store import MonitorStore
 from agent_core.run_context import RunContext
+from agent_core.scheduled_work import OnChange
 from agent_core.schedules.model import next_fire_times, parse_schedule
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
-from agent_core.tools.deps import OnChange, ToolDeps
+from agent_core.tools.deps import ToolDeps
 from agent_core.tools.schedule_tools import (
     DEFAULT_LIMITS,
     ConversationOrigin,

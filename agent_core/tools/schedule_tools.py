@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from agent_core.messages import utcnow
 from agent_core.run_context import RunContext, RunDeps
+from agent_core.scheduled_work import DmAddress, OnChange
 from agent_core.schedules.model import (
     DeliverTo,
     NewSchedule,
@@ -27,7 +28,7 @@ from agent_core.schedules.model import (
 )
 from agent_core.schedules.store import ScheduleStore
 from agent_core.toolkit.protocol import ErrorType, Tool, ToolError
-from agent_core.tools.deps import DmAddress, OnChange, ToolDeps
+from agent_core.tools.deps import ToolDeps
 
 MAX_PROMPT_CHARS = 4000
 

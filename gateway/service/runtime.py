@@ -106,7 +106,7 @@ class Runtime(Stores):
         if not self.settings.model_configured:
             return None
         from agent_core.agent import build_agent
-        from agent_core.tools.deps import ScheduledWork
+        from agent_core.scheduled_work import ScheduledWork
 
         scheduled = ScheduledWork(
             self.schedules,
