@@ -22,7 +22,11 @@ DUCKDB_SLOW = "SELECT sum((a.range * b.range) % 7) AS s FROM range(200000) a, ra
 POSTGRES_SLOW = "SELECT sum((a * b) % 7) AS s FROM generate_series(1, 200000) a, generate_series(1, 200000) b"
 
 
-async def _cancel_while_running(query: Callable[[], object], running: Callable[[], bool] | None = None) -> str:
+async def _cancel_while_running(
+    query: Callable[[], object], running: Callable[[], bool] | None = None, *, at_once: bool = False
+) -> str:
+    """Stop the turn while its query runs; ``at_once``: the moment its thread starts, before the
+    query reaches the database or in its first instant there."""
     outcome: queue.Queue[str] = queue.Queue()
     started = threading.Event()
 
@@ -36,10 +40,10 @@ async def _cancel_while_running(query: Callable[[], object], running: Callable[[
 
     task = asyncio.create_task(interruptible(run))
     while not started.is_set():
-        await asyncio.sleep(0.01)
-    if running is None:  # the engine shows no running query from outside: give it time to start
+        await asyncio.sleep(0 if at_once else 0.01)
+    if not at_once and running is None:  # the engine shows no running query from outside
         await asyncio.sleep(scaled(0.2))
-    else:  # a cancel that reaches the database before the query runs there is a no-op
+    elif not at_once and running is not None:  # wait until it runs there, not merely starts
         await eventually(running, 30, "the query to run in the database", poll=0.05)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
@@ -79,33 +83,11 @@ async def test_a_cancelled_postgres_query_stops() -> None:
     assert outcome == "cancelled"
 
 
-async def _cancel_at_once(query: Callable[[], object]) -> str:
-    """Stop the turn the moment its query's thread starts: before the query reaches the
-    database, or in its first instant there."""
-    outcome: queue.Queue[str] = queue.Queue()
-    started = threading.Event()
-
-    def run() -> None:
-        started.set()
-        try:
-            query()
-            outcome.put("finished")
-        except QueryTimeout:
-            outcome.put("cancelled")
-
-    task = asyncio.create_task(interruptible(run))
-    while not started.is_set():
-        await asyncio.sleep(0)
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    return await asyncio.to_thread(outcome.get, True, scaled(120))
-
-
 async def test_a_duckdb_query_stopped_as_it_starts_does_not_run_on() -> None:
-    assert await _cancel_at_once(lambda: run_duckdb_query(None, DUCKDB_SLOW, timeout_s=600)) == "cancelled"
+    assert await _cancel_while_running(lambda: run_duckdb_query(None, DUCKDB_SLOW, timeout_s=600), at_once=True) == "cancelled"
 
 
 async def test_a_postgres_query_stopped_as_it_starts_does_not_run_on() -> None:
     cfg = DataSourceConfig(name="pg", url=PG_URL, statement_timeout_s=600, allow_privileged=True)
     for _ in range(3):  # the stop lands at a different moment of the start each time
-        assert await _cancel_at_once(lambda: query_source(cfg, POSTGRES_SLOW, timeout_s=600)) == "cancelled"
+        assert await _cancel_while_running(lambda: query_source(cfg, POSTGRES_SLOW, timeout_s=600), at_once=True) == "cancelled"
