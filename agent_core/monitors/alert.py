@@ -95,16 +95,15 @@ def _fact(monitor: MonitorSpec, finding: Finding, language: Language) -> str:
 async def _root_cause(
     monitor: MonitorSpec, evaluation: Evaluation, cubes: MetricCubes, ctx: RunContext, language: Language
 ) -> str | None:
+    from agent_core.semantic.cubes import PeriodChange  # loaded with `cubes` already
+
     baseline = expected_period(evaluation.period)
     try:
         result = await cubes.attribute(
             ctx,
             monitor.metric,
             monitor.source,
-            dimensions=monitor.dimensions,
-            baseline=baseline,
-            comparison=evaluation.period,
-            where=monitor.where,
+            PeriodChange(monitor.dimensions, baseline, evaluation.period, monitor.where),
             max_rows=MAX_LEAF_ROWS,
             metric_name=monitor.metric,
         )

@@ -66,19 +66,12 @@ class ScheduleStore:
             return (await session.exec(stmt)).one()
 
     async def disable(self, schedule_id: int, reason: str) -> None:
-        async with self._sessions() as session:
-            await session.exec(
-                update(ReportScheduleRow)
-                .where(col(ReportScheduleRow.id) == schedule_id)
-                .values(enabled=False, disabled_reason=reason)
-            )
-            await session.commit()
+        await self._update(schedule_id, enabled=False, disabled_reason=reason)
 
     async def record_fire(self, schedule_id: int, fire_time: datetime, next_run_at: datetime | None) -> None:
+        await self._update(schedule_id, last_run_at=fire_time, next_run_at=next_run_at)
+
+    async def _update(self, schedule_id: int, **values: object) -> None:
         async with self._sessions() as session:
-            await session.exec(
-                update(ReportScheduleRow)
-                .where(col(ReportScheduleRow.id) == schedule_id)
-                .values(last_run_at=fire_time, next_run_at=next_run_at)
-            )
+            await session.exec(update(ReportScheduleRow).where(col(ReportScheduleRow.id) == schedule_id).values(**values))
             await session.commit()

@@ -12,6 +12,7 @@ the analytics core).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import date
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,6 +39,17 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 # The definitions a query compiles against (a source's, plus helpers) and the query.
 _Compiled = tuple[SourceSemantics, MetricQuery]
+
+
+@dataclass(frozen=True)
+class PeriodChange:
+    """What an attribution explains: a metric's change from `baseline` to `comparison`, split
+    by `dimensions`, over the rows `where` keeps."""
+
+    dimensions: list[str]
+    baseline: Period
+    comparison: Period
+    where: str | None = None
 
 
 class ComputedInSource(BaseModel):
@@ -90,22 +102,13 @@ class MetricCubes:
         return pd.DataFrame(result.rows), _computed(result, metric)
 
     async def attribute(
-        self,
-        ctx: RunContext,
-        metric: str,
-        source: str | None,
-        *,
-        dimensions: list[str],
-        baseline: Period,
-        comparison: Period,
-        where: str | None,
-        max_rows: int,
+        self, ctx: RunContext, metric: str, source: str | None, change: PeriodChange, *, max_rows: int,
         metric_name: str | None,
     ) -> MetricAttributionResult:
         """Attribute ``metric``'s change between the periods from its leaf cube (both periods side
         by side, one row per combination of the dimensions' values)."""
         semantics = self._semantics([metric], source, ctx)
-        plan = _or_tool_error(lambda: _leaf_cube(semantics, metric, dimensions, baseline, comparison, where))
+        plan = _or_tool_error(lambda: _leaf_cube(semantics, metric, change))
         result = await self._run(ctx, plan.semantics, plan.query, max_rows, [metric])
         defined = semantics.metric(metric)
         name = metric_name or (defined.label if defined is not None and defined.label else metric)
@@ -113,9 +116,11 @@ class MetricCubes:
         columns: dict[str, Any] = (
             {"numerator_column": parts[0], "denominator_column": parts[1]} if plan.is_ratio else {"metric_column": parts[0]}
         )
-        leaves = pd.DataFrame(result.rows, columns=[*dimensions, *plan.query.metrics])
+        leaves = pd.DataFrame(result.rows, columns=[*change.dimensions, *plan.query.metrics])
         try:
-            attributed = attribute_period_leaves(leaves, dimensions, baseline, comparison, metric_name=name, **columns)
+            attributed = attribute_period_leaves(
+                leaves, change.dimensions, change.baseline, change.comparison, metric_name=name, **columns
+            )
         except (ValueError, TypeError) as exc:  # e.g. a period without rows
             raise ToolError(str(exc), ErrorType.INVALID_PARAMETERS) from exc
         return MetricAttributionResult(**dict(attributed), computed_in_source=_computed(result, metric))
@@ -131,20 +136,12 @@ class MetricCubes:
         return await self._plan(ctx, metrics, source, lambda semantics: (semantics, query))
 
     async def plan_attribution(
-        self,
-        ctx: RunContext,
-        metric: str,
-        source: str | None,
-        *,
-        dimensions: list[str],
-        baseline: Period,
-        comparison: Period,
-        where: str | None,
+        self, ctx: RunContext, metric: str, source: str | None, change: PeriodChange
     ) -> PlannedQuery | None:
         """What :meth:`attribute` would run on a configured source, for the approval gate."""
 
         def build(semantics: SourceSemantics) -> _Compiled:
-            plan = _leaf_cube(semantics, metric, dimensions, baseline, comparison, where)
+            plan = _leaf_cube(semantics, metric, change)
             return plan.semantics, plan.query
 
         return await self._plan(ctx, [metric], source, build)
@@ -185,11 +182,9 @@ class MetricCubes:
         return result
 
 
-def _leaf_cube(
-    semantics: SourceSemantics, metric: str, dimensions: list[str], baseline: Period, comparison: Period, where: str | None
-) -> PeriodComparison:
-    periods = (baseline.start, baseline.end), (comparison.start, comparison.end)
-    return period_comparison(semantics, metric, dimensions, *periods, where)
+def _leaf_cube(semantics: SourceSemantics, metric: str, change: PeriodChange) -> PeriodComparison:
+    periods = (change.baseline.start, change.baseline.end), (change.comparison.start, change.comparison.end)
+    return period_comparison(semantics, metric, change.dimensions, *periods, change.where)
 
 
 def _plain(request: SourcedMetricQuery) -> MetricQuery:

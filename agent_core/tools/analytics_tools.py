@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # pandas and the analytics core load when a tool first runs
     from agent_core.analytics.anomaly import AnomalyReport
     from agent_core.analytics.attribution import AttributionResult
     from agent_core.data.duckdb_engine import QueryResult
+    from agent_core.semantic.cubes import PeriodChange
     from agent_core.toolkit.approval_gate import PlannedQuery
     from agent_core.tools.deps import ToolDeps
 
@@ -453,22 +454,20 @@ class AttributeChangeTool(MetricInputs, Tool[AttributeChangeInput]):
         """What a metric call would run on a configured source (the approval gate asks this)."""
         if args.metric is None:
             return None
-        return await self._cubes().plan_attribution(ctx, args.metric, args.source, **_leaves(args))
+        return await self._cubes().plan_attribution(ctx, args.metric, args.source, _change(args))
 
     async def _run_on_metric(self, args: AttributeChangeInput, metric: str, ctx: RunContext) -> AttributionResult:
         return await self._cubes().attribute(
-            ctx, metric, args.source, **_leaves(args), max_rows=MAX_INPUT_ROWS, metric_name=args.metric_name
+            ctx, metric, args.source, _change(args), max_rows=MAX_INPUT_ROWS, metric_name=args.metric_name
         )
 
 
-def _leaves(args: AttributeChangeInput) -> dict[str, Any]:
-    """The leaf cube a metric call asks for (its input validator ensured both periods)."""
-    return {
-        "dimensions": args.dimensions,
-        "baseline": args.baseline_period,
-        "comparison": args.comparison_period,
-        "where": args.where,
-    }
+def _change(args: AttributeChangeInput) -> PeriodChange:
+    """The change a metric call asks to explain (its input validator ensured both periods)."""
+    from agent_core.semantic.cubes import PeriodChange
+
+    assert args.baseline_period is not None and args.comparison_period is not None
+    return PeriodChange(args.dimensions, args.baseline_period, args.comparison_period, args.where)
 
 
 def _attribute(frame: pd.DataFrame, args: AttributeChangeInput) -> AttributionResult:
