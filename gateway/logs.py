@@ -2,8 +2,11 @@
 
 Records are rendered where they are logged and written by a background thread, so a slow log
 sink — a full pipe, a busy disk — never stalls the event loop that acknowledges events. The
-thread only writes finished lines, a batch per system call: it holds the GIL for microseconds,
-so the event loop hardly ever waits to get it back.
+thread only writes finished lines, a batch per system call: it holds the GIL for microseconds.
+After each write it waits `GATHER_S` before taking the next lines: woken for every line, at
+a few hundred events a second it took the GIL from the event loop, and gave it back, several
+times per event (a measured 0.07 ms of CPU per acknowledgement). A line reaches the sink at
+most `GATHER_S` after it was logged; the first after a quiet spell at once.
 
 One record is one line: the text format escapes line breaks and other control characters in
 the message (and in an exception's message), and JSON encodes them, so text from a request — a
@@ -19,6 +22,7 @@ import queue
 import re
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -30,6 +34,9 @@ from typing import TextIO
 # the same for libraries that reset their loggers' levels later (some platform SDKs do when
 # their app is built). Each platform plugin adds its own SDKs' loggers (`quiet_loggers`).
 _QUIET = ("httpx", "httpx2", "httpcore", "httpcore2", "anthropic", "aiosqlite", "alembic", "apscheduler")
+
+# How long the writer thread lets lines gather after a write (see the module docstring).
+GATHER_S = 0.05
 
 # C0 and C1 control characters except tab, and the Unicode line and paragraph separators.
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
@@ -143,6 +150,7 @@ class _LineWriter(logging.Handler):
                 self._stream.flush()
             if line is None:
                 return
+            time.sleep(GATHER_S)  # lines logged meanwhile queue without waking this thread
 
     def close(self) -> None:
         """Write what is still queued, then stop the writer thread (logging calls this at exit)."""

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 from sqlalchemy import func, select
 
 from gateway.config import Settings, load_settings
-from gateway.service.app import RUNTIME, create_app
+from gateway.service.app import RUNNER_OPTIONS, RUNTIME, create_app
 from gateway.service.runtime import Runtime
 from gateway.tables import InboundEventRow
 from tests.fakes.anthropic_api import FakeAnthropic
@@ -116,7 +116,7 @@ class Gateway:
 @asynccontextmanager
 async def running_gateway(settings: Settings) -> AsyncIterator[Gateway]:
     server = TestServer(create_app(settings))
-    await server.start_server()
+    await server.start_server(**RUNNER_OPTIONS)
     try:
         async with aiohttp.ClientSession() as http:
             yield Gateway(server, http)

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway.service.app import create_app
+from gateway.service.app import RUNNER_OPTIONS, create_app
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import (
@@ -172,7 +172,7 @@ async def feishu_gateway(database_url, tmp_path, caplog) -> AsyncIterator[Gatewa
         async with FakeAnthropic() as anthropic:
             settings = feishu_gateway_settings(database_url, tmp_path, anthropic, feishu)
             server = TestServer(create_app(settings))
-            await server.start_server()
+            await server.start_server(**RUNNER_OPTIONS)
             try:
                 async with aiohttp.ClientSession() as http:
                     caplog.clear()

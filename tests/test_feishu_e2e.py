@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway.service.app import RUNTIME, create_app
+from gateway.service.app import RUNNER_OPTIONS, RUNTIME, create_app
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import (
@@ -31,7 +31,7 @@ async def stack(database_url, tmp_path):
         async with FakeAnthropic() as anthropic:
             settings = feishu_gateway_settings(database_url, tmp_path, anthropic, feishu)
             server = TestServer(create_app(settings))
-            await server.start_server()
+            await server.start_server(**RUNNER_OPTIONS)
             try:
                 async with aiohttp.ClientSession() as http:
                     yield Gateway(server, http), feishu, anthropic

@@ -26,7 +26,7 @@ from aiohttp.test_utils import TestServer
 from adapters.slack.render import APPROVE_ACTION
 from agent_core.governance.approval import ApprovalStatus
 from agent_core.governance.audit import read_audit
-from gateway.service.app import create_app
+from gateway.service.app import RUNNER_OPTIONS, create_app
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import bot_mention, encrypted_body, signed_headers, text_event
@@ -169,7 +169,7 @@ async def feishu_gateway(settings_extra: dict[str, str], tmp_path: Path) -> Asyn
             anthropic.respond_with(analyst)
             settings = feishu_gateway_settings(f"sqlite:///{tmp_path / 'gw.db'}", tmp_path, anthropic, feishu, **settings_extra)
             server = TestServer(create_app(settings))
-            await server.start_server()
+            await server.start_server(**RUNNER_OPTIONS)
             try:
                 async with aiohttp.ClientSession() as http:
                     yield Gateway(server, http), feishu

@@ -28,7 +28,7 @@ from agent_core.provenance import DataAccess, Provenance
 from agent_core.run_context import ChatOrigin, RunContext
 from agent_core.toolkit.pipeline import ToolPipeline
 from agent_core.tools.sql import SqlQueryTool
-from gateway.service.app import create_app
+from gateway.service.app import RUNNER_OPTIONS, create_app
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import bot_mention, encrypted_body, signed_headers, text_event
@@ -193,7 +193,7 @@ async def feishu_stack(tmp_path: Path):
         async with FakeAnthropic() as anthropic:
             settings = feishu_gateway_settings(f"sqlite:///{tmp_path / 'gw.db'}", tmp_path, anthropic, feishu)
             server = TestServer(create_app(settings))
-            await server.start_server()
+            await server.start_server(**RUNNER_OPTIONS)
             try:
                 async with aiohttp.ClientSession() as http:
                     yield Gateway(server, http), feishu, anthropic

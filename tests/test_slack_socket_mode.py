@@ -169,6 +169,20 @@ async def test_event_is_accepted_once_and_acked_after_the_commit(
     assert status.connected_since is not None and status.last_frame_at is not None
 
 
+async def test_malformed_envelope_is_acked_and_stores_nothing(
+    slack: FakeSlack, inbox: RecordingInbox, socket_mode: SlackSocketMode, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = mention("1700000002.000100", event_id="EvBAD")
+    bad["event"]["ts"] = 1700000002.0001  # from Slack's socket, but not the shape of a Slack event
+    envelope = await slack.socket_send_event(bad)
+    await slack.wait_for_ack(envelope)  # not redelivered for nothing
+    assert inbox.calls == 0
+    assert "bad fields: ts" in caplog.text and "GMV" not in caplog.text  # the body is never quoted
+    good = await slack.socket_send_event(mention("1700000002.000200", event_id="EvGOOD"))
+    await slack.wait_for_ack(good)
+    assert [m.event_id for m in inbox.accepted] == ["EvGOOD"]
+
+
 async def test_failed_commit_is_not_acked_and_the_redelivery_is_accepted(
     slack: FakeSlack, inbox: RecordingInbox, socket_mode: SlackSocketMode
 ) -> None:

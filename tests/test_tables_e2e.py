@@ -17,7 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.responder import SlackResponder
 from agent_core.messages import InboundMessage, OutboundReply, ThreadKey
-from gateway.service.app import create_app
+from gateway.service.app import RUNNER_OPTIONS, create_app
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import bot_mention, encrypted_body, signed_headers, text_event
@@ -46,7 +46,7 @@ async def feishu_stack(tmp_path: Path):
         async with FakeAnthropic() as anthropic:
             settings = feishu_gateway_settings(f"sqlite:///{tmp_path / 'gw.db'}", tmp_path, anthropic, feishu)
             server = TestServer(create_app(settings))
-            await server.start_server()
+            await server.start_server(**RUNNER_OPTIONS)
             try:
                 async with aiohttp.ClientSession() as http:
                     yield Gateway(server, http), anthropic, feishu

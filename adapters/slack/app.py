@@ -255,11 +255,8 @@ class SlackAdapter:
         return text
 
     async def _on_message(self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext) -> None:
-        try:
-            check_envelope(body)  # also for Socket Mode envelopes, which skip `handle`
-        except MalformedEvent as exc:
-            log.warning("slack event %s ignored: %s", body.get("event_id"), exc)
-            return
+        # The envelope's shape was checked before bolt saw it (`handle`, or Socket Mode's
+        # `SlackSocketMode._on_request`): `parse_event` may index into it.
         team_id = body.get("team_id") or context.team_id or ""
         if self.installations is not None and context.is_enterprise_install and context.enterprise_id and team_id:
             # An org-wide install: workers find this workspace's token through its org.

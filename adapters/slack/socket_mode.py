@@ -30,8 +30,10 @@ from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.slack.events import MalformedEvent, check_envelope
 from adapters.supervisor import CLOSE_TIMEOUT_S, DRAIN_TIMEOUT_S, ConnectionMonitor, SupervisedConnection
 
 log = logging.getLogger(__name__)
@@ -143,6 +145,13 @@ class SlackSocketMode(SupervisedConnection):
             return  # left unacknowledged: Slack redelivers it on a live connection
         if request.type == "events_api":
             monitor.event_received()
+        try:
+            check_envelope(request.payload)  # as `SlackAdapter.handle` does for HTTP deliveries
+        except MalformedEvent as exc:
+            # Acknowledged, or Slack would redeliver it for nothing; bolt never sees it.
+            log.warning("slack socket mode: %s envelope ignored: %s", request.type, exc)
+            await client.send_socket_mode_response(SocketModeResponse(envelope_id=request.envelope_id))
+            return
         task = asyncio.current_task()
         assert task is not None  # the SDK runs each envelope's listeners in a task
         self._in_flight.add(task)

@@ -73,7 +73,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from aiohttp import web
 
-    from gateway.service.app import create_app
+    from gateway.service.app import RUNNER_OPTIONS, create_app
 
     app = create_app(settings)
 
@@ -88,7 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
     app.on_startup.append(freeze_start_up)  # after the app's own start-up
     print(f"BA-Agent Gateway listening on http://{settings.host}:{settings.port}", flush=True)
     try:
-        web.run_app(app, sock=sock, print=None, access_log=None)
+        web.run_app(app, sock=sock, print=None, **RUNNER_OPTIONS)
     finally:
         stop_multiprocess(metrics_dir)
     gc.unfreeze()  # let extension modules see their objects released at exit

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from sqlalchemy import text
@@ -14,7 +15,7 @@ from agent_core.model_check import ModelCheck
 from gateway.config import Settings
 from gateway.migrate import upgrade
 from gateway.service.feedback import FeedbackStore
-from gateway.service.metrics import http_metrics, render_metrics
+from gateway.service.metrics import EVENT_ROUTES, HttpMetrics, render_metrics
 from gateway.service.platforms import Platforms, build_platforms, configured
 from gateway.service.runtime import Answering, Runtime, open_stores
 from gateway.service.worker_pool import WorkerPool
@@ -121,6 +122,11 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
 
+# How the app is run (`serve`; tests through aiohttp's TestServer): aiohttp's access-log hook
+# counts every request in /metrics once its response has gone out.
+RUNNER_OPTIONS: dict[str, Any] = {"access_log_class": HttpMetrics, "access_log": log}
+
+
 def create_app(settings: Settings) -> web.Application:
     """The service; migrations run and answering starts when the app starts.
 
@@ -132,7 +138,8 @@ def create_app(settings: Settings) -> web.Application:
     runtime = Runtime.build(stores, platforms.responders)
     workers = WorkerPool(settings.worker_processes) if settings.worker_processes else None
     event_routes = {route.path: p.name for p in settings.platforms for route in p.routes if route.method == "POST"}
-    app = web.Application(client_max_size=1024**2, middlewares=[http_metrics(event_routes)])
+    app = web.Application(client_max_size=1024**2)
+    app[EVENT_ROUTES] = event_routes
     app[RUNTIME] = runtime
     app[WORKERS] = workers
     app[MODEL_CHECK] = ModelCheckResult(ModelCheck(state="pending"))

@@ -135,7 +135,7 @@ class FeedbackStore:
         """How many current 👍 and 👎 there are (for /metrics)."""
         stmt = select(col(AnswerFeedbackRow.rating), func.count()).group_by(col(AnswerFeedbackRow.rating))
         async with self._engine.connect() as conn:
-            counts = dict((await conn.execute(stmt)).tuples().all())
+            counts = {rating: count for rating, count in await conn.execute(stmt)}
         return {"helpful": counts.get(1, 0), "not_helpful": counts.get(-1, 0)}
 
 

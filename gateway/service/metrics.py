@@ -14,11 +14,12 @@ same for every replica on one database (its HELP says so; take the max, not the 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import StreamResponse
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import REGISTRY
@@ -97,32 +98,23 @@ def render_metrics(pending_events: int, workers: tuple[int, int], feedback: dict
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# Path → platform of the routes that take platform event deliveries (set by `create_app`).
+EVENT_ROUTES = web.AppKey("event_routes", dict)
 
 
-def http_metrics(event_routes: dict[str, str]) -> Middleware:
-    """Middleware counting requests and their duration; `event_routes` (path → platform) are
-    platform event deliveries, whose duration is also their acknowledgement latency."""
+class HttpMetrics(AbstractAccessLogger):
+    """Counts each request and its duration once its response has been sent: aiohttp's
+    access-log hook (see `gateway.service.app.RUNNER_OPTIONS`), so this bookkeeping is not on
+    the acknowledgement's path. A platform event delivery's duration — read to written — is
+    also its acknowledgement latency."""
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        started = time.perf_counter()
-        status = 500
-        try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        finally:
-            elapsed = time.perf_counter() - started
-            resource = request.match_info.route.resource
-            route = resource.canonical if resource is not None else "unmatched"
-            method = request.method if request.method in _METHODS else "other"  # bounded labels
-            HTTP_REQUESTS.labels(method, route, str(status)).inc()
-            HTTP_DURATION.labels(method, route).observe(elapsed)
-            if (platform := event_routes.get(route)) is not None and request.method == "POST":
-                ACK_LATENCY.labels(platform).observe(elapsed)
-
-    return middleware
+    def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
+        # A request refused before routing (a malformed request line) is a BaseRequest.
+        resource = request.match_info.route.resource if isinstance(request, web.Request) else None
+        route = resource.canonical if resource is not None else "unmatched"
+        method = request.method if request.method in _METHODS else "other"  # bounded labels
+        HTTP_REQUESTS.labels(method, route, str(response.status)).inc()
+        HTTP_DURATION.labels(method, route).observe(time)
+        if method == "POST" and isinstance(request, web.Request):
+            if (platform := request.app[EVENT_ROUTES].get(route)) is not None:
+                ACK_LATENCY.labels(platform).observe(time)
