@@ -10,10 +10,12 @@ Once a batch that stored anything is committed (and its callers answered), `CHAN
 notified in a statement of its own. Not in the batch's transaction: a transaction that
 notifies holds PostgreSQL's one cluster-wide notify lock from its commit until its WAL is
 flushed, so accepts that notified would wait for each other's fsync (and the workers' WAL
-traffic) on the acknowledgement's path. Notifications are coalesced: one in flight, and one
-more if anything was stored meanwhile. Workers on every replica LISTEN on a connection of
-their own and claim work at once instead of waiting for their poll; if that connection drops
-they go on polling until it is back. (serve wakes its own workers through a pipe.)
+traffic) on the acknowledgement's path. Notifications are coalesced: at most one per
+`NOTIFY_COALESCE_S`, the first of a burst at once and one after it if anything was stored
+meanwhile (one per event cost serve a second round trip per acknowledgement, and every
+listening worker a wakeup). Workers on every replica LISTEN on a connection of their own and
+claim work at once instead of waiting for their poll; if that connection drops they go on
+polling until it is back. (serve wakes its own workers through a pipe, as coalesced.)
 
 The accept path writes only new rows of `inbound_events`; workers update existing rows and
 the `thread_leases` table, so the two never wait for each other's row locks. Only two
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHANNEL = "ba_inbox"
+# Other replicas hear of new work within this (serve's own workers likewise: `WAKE_COALESCE_S`).
+NOTIFY_COALESCE_S = 0.025
 LISTENER_NAME = "ba-agent-inbox-listener"  # its connection's application_name, with the pid
 
 
@@ -204,6 +208,7 @@ class PostgresInboxWriter:
                     await conn.execute(_NOTIFY_SQL, prepare=True)
             except psycopg.Error as exc:  # the other replicas' poll finds the work
                 log.warning("inbox notification failed (%s); other replicas will poll", type(exc).__name__)
+            await asyncio.sleep(NOTIFY_COALESCE_S)  # what is stored meanwhile: one notification after it
             if not self._notify_again:
                 return
 
