@@ -169,6 +169,34 @@ async def test_event_is_accepted_once_and_acked_after_the_commit(
     assert status.connected_since is not None and status.last_frame_at is not None
 
 
+async def test_only_a_thread_reply_without_a_mention_asks_whether_the_bot_is_in_the_thread(
+    slack: FakeSlack, inbox: RecordingInbox
+) -> None:
+    asked: list[ThreadKey] = []
+
+    async def known(key: ThreadKey) -> bool:
+        asked.append(key)
+        return True
+
+    adapter = SlackAdapter(socket_config(slack), GatewayServices(accept=inbox.accept, is_live=known))
+    assert adapter.socket_mode is not None
+    await adapter.start()
+    try:
+        root = "1700000003.000100"
+        deliveries = [
+            app_mention("<@UBOT> and by week?", "U1", "C1", ts="1700000003.000200", thread_ts=root),
+            # The companion of that mention: for the bot either way, nothing to look up.
+            message("<@UBOT> and by week?", "U1", "C1", "1700000003.000200", "channel", thread_ts=root),
+            message("and by region?", "U1", "C1", "1700000003.000300", "channel", thread_ts=root),
+        ]
+        for payload in deliveries:
+            await slack.wait_for_ack(await slack.socket_send_event(payload))
+    finally:
+        await adapter.stop()
+    assert [(key.channel, key.root) for key in asked] == [("C1", root)]  # the reply without a mention only
+    assert [m.message_id for m in inbox.accepted] == ["1700000003.000200", "1700000003.000300"]
+
+
 async def test_malformed_envelope_is_acked_and_stores_nothing(
     slack: FakeSlack, inbox: RecordingInbox, socket_mode: SlackSocketMode, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -261,7 +261,8 @@ class SlackAdapter:
         if self.installations is not None and context.is_enterprise_install and context.enterprise_id and team_id:
             # An org-wide install: workers find this workspace's token through its org.
             await self.installations.remember_enterprise(team_id, context.enterprise_id)
-        key = candidate_thread(team_id, event)
+        # With mentions required in threads, whether the bot is in one changes nothing.
+        key = None if self.config.require_mention_in_threads else candidate_thread(team_id, event, context.bot_user_id or "")
         in_known_thread = key is not None and await self._is_live(key)
         parsed = parse_event(
             event_id=body.get("event_id") or f"{event.get('channel')}:{event.get('ts')}",

@@ -191,10 +191,15 @@ def parse_event(
     )
 
 
-def candidate_thread(team_id: str, event: dict[str, Any]) -> ThreadKey | None:
-    """The thread a channel `message` event would continue, to ask whether the bot is in it."""
+def candidate_thread(team_id: str, event: dict[str, Any], bot_user_id: str) -> ThreadKey | None:
+    """The thread a channel `message` event would continue, to ask whether the bot is in it;
+    None when the answer changes nothing: a message that mentions the bot is for it either way
+    (the companion of an `app_mention` in a thread is one), and asking is a database round trip
+    on the acknowledgement's path."""
     thread_ts = event.get("thread_ts")
     if event.get("type") != "message" or not thread_ts or event.get("channel_type") == "im":
+        return None
+    if mentions(event.get("text") or "", bot_user_id):
         return None
     return thread_key_for(event.get("team") or team_id, event["channel"], thread_ts)
 
