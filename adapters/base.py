@@ -73,11 +73,19 @@ class CredentialStatus(BaseModel):
 class AcceptOutcome(StrEnum):
     ACCEPTED = "accepted"
     DUPLICATE = "duplicate"
+    # Accepted `if_thread_live`, in a thread the bot is not part of: not for the bot, not stored.
+    NOT_IN_LIVE_THREAD = "not in a live thread"
 
 
-# The gateway's durable inbox. An adapter calls it once per parsed message and answers the
-# platform only after it returns: the message is committed to the database by then.
-AcceptMessage = Callable[[InboundMessage], Awaitable[AcceptOutcome]]
+class AcceptMessage(Protocol):
+    """The gateway's durable inbox. An adapter calls it once per parsed message and answers the
+    platform only after it returns: the message is committed to the database by then.
+
+    `if_thread_live`: the message is for the bot only if its thread is a live conversation of
+    the bot (a reply in a thread, without a mention). The inbox asks that in the statement
+    that stores it: one round trip on the acknowledgement's path, not two."""
+
+    def __call__(self, msg: InboundMessage, *, if_thread_live: bool = False) -> Awaitable[AcceptOutcome]: ...
 
 
 class AnswerStream(Protocol):

@@ -57,7 +57,7 @@ class Inbox:
         self.accepted: list[InboundMessage] = []
         self._seen: set[str] = set()
 
-    async def accept(self, msg: InboundMessage) -> AcceptOutcome:
+    async def accept(self, msg: InboundMessage, *, if_thread_live: bool = False) -> AcceptOutcome:
         self.calls += 1
         keys = {f"event:{msg.event_id}", f"message:{msg.dedupe_key}"}
         if keys & self._seen:

@@ -80,6 +80,29 @@ async def test_the_accept_path_knows_the_threads_the_bot_is_part_of(inbox: Inbox
     assert [await store.is_live(key) for key in (live, reset, unknown)] == [True, False, False]
 
 
+async def test_a_thread_reply_is_stored_only_while_its_thread_is_live(inbox: Inbox, engine) -> None:
+    store = ThreadStore(session_factory(engine))
+    live = ThreadKey(platform="slack", workspace="T1", channel="C1", root="1700000001.000100")
+    await store.open(live)
+
+    def reply(event_id: str, ts: str, thread: ThreadKey) -> InboundMessage:
+        return delivery(event_id, ts).model_copy(update={"thread": thread, "reply_in_thread": thread.root})
+
+    unknown = live.model_copy(update={"root": "1700000009.000100"})
+    outcomes = await asyncio.gather(
+        inbox.accept(reply("EvR1", "1700000001.000200", live), if_thread_live=True),
+        inbox.accept(reply("EvR2", "1700000009.000200", unknown), if_thread_live=True),
+        inbox.accept(delivery("EvM1", "1700000009.000300")),  # a mention: stored either way
+        inbox.accept(reply("EvR1", "1700000001.000200", live), if_thread_live=True),  # Slack's retry
+    )
+    assert outcomes == [AcceptOutcome.ACCEPTED, AcceptOutcome.NOT_IN_LIVE_THREAD, AcceptOutcome.ACCEPTED,
+                        AcceptOutcome.DUPLICATE]  # fmt: skip
+    await store.reset(live)  # "new conversation": replies there need a mention again
+    later = await inbox.accept(reply("EvR3", "1700000001.000300", live), if_thread_live=True)
+    assert later is AcceptOutcome.NOT_IN_LIVE_THREAD
+    assert await inbox.open_events() == 2
+
+
 @pytest.fixture
 async def replicas(engine) -> AsyncIterator[tuple[Inbox, Inbox]]:
     """Two inboxes on one database, as two replicas of the service would have."""

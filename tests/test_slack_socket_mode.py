@@ -47,9 +47,14 @@ class RecordingInbox:
         self.commit_delay_s = 0.0
         self.fail_next = False
         self._seen: set[str] = set()
+        self.if_thread_live: list[bool] = []  # per call
+        self.live_threads: set[ThreadKey] = set()
 
-    async def accept(self, msg: InboundMessage) -> AcceptOutcome:
+    async def accept(self, msg: InboundMessage, *, if_thread_live: bool = False) -> AcceptOutcome:
         self.calls += 1
+        self.if_thread_live.append(if_thread_live)
+        if if_thread_live and msg.thread not in self.live_threads:
+            return AcceptOutcome.NOT_IN_LIVE_THREAD
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("database unavailable")
@@ -169,31 +174,22 @@ async def test_event_is_accepted_once_and_acked_after_the_commit(
     assert status.connected_since is not None and status.last_frame_at is not None
 
 
-async def test_only_a_thread_reply_without_a_mention_asks_whether_the_bot_is_in_the_thread(
-    slack: FakeSlack, inbox: RecordingInbox
+async def test_only_a_thread_reply_without_a_mention_depends_on_the_thread_being_live(
+    slack: FakeSlack, inbox: RecordingInbox, socket_mode: SlackSocketMode
 ) -> None:
-    asked: list[ThreadKey] = []
-
-    async def known(key: ThreadKey) -> bool:
-        asked.append(key)
-        return True
-
-    adapter = SlackAdapter(socket_config(slack), GatewayServices(accept=inbox.accept, is_live=known))
-    assert adapter.socket_mode is not None
-    await adapter.start()
-    try:
-        root = "1700000003.000100"
-        deliveries = [
-            app_mention("<@UBOT> and by week?", "U1", "C1", ts="1700000003.000200", thread_ts=root),
-            # The companion of that mention: for the bot either way, nothing to look up.
-            message("<@UBOT> and by week?", "U1", "C1", "1700000003.000200", "channel", thread_ts=root),
-            message("and by region?", "U1", "C1", "1700000003.000300", "channel", thread_ts=root),
-        ]
-        for payload in deliveries:
-            await slack.wait_for_ack(await slack.socket_send_event(payload))
-    finally:
-        await adapter.stop()
-    assert [(key.channel, key.root) for key in asked] == [("C1", root)]  # the reply without a mention only
+    root = "1700000003.000100"
+    inbox.live_threads.add(ThreadKey(platform="slack", workspace="T1", channel="C1", root=root))
+    deliveries = [
+        app_mention("<@UBOT> and by week?", "U1", "C1", ts="1700000003.000200", thread_ts=root),
+        # The companion of that mention: for the bot whether or not the thread is live.
+        message("<@UBOT> and by week?", "U1", "C1", "1700000003.000200", "channel", thread_ts=root),
+        message("and by region?", "U1", "C1", "1700000003.000300", "channel", thread_ts=root),
+        message("and by city?", "U1", "C1", "1700000003.000400", "channel", thread_ts="1700000003.000900"),
+    ]
+    for payload in deliveries:
+        await slack.wait_for_ack(await slack.socket_send_event(payload))
+    assert inbox.if_thread_live == [False, False, True, True]
+    # The reply in a thread the bot is not part of is acknowledged and not stored.
     assert [m.message_id for m in inbox.accepted] == ["1700000003.000200", "1700000003.000300"]
 
 

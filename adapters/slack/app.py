@@ -37,7 +37,7 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.approval_clicks import accept_click
-from adapters.base import ConnectionStatus, CredentialStatus, FeedbackClick, GatewayServices, Handler, Route
+from adapters.base import AcceptOutcome, ConnectionStatus, CredentialStatus, FeedbackClick, GatewayServices, Handler, Route
 from adapters.credentials import CredentialCheck, CredentialsRefused
 from adapters.slack.alerts import ACTIONS, already_done
 from adapters.slack.config import INSTALL_PATH, REDIRECT_PATH, SlackConfig
@@ -81,7 +81,6 @@ class SlackAdapter:
     def __init__(self, config: SlackConfig, services: GatewayServices) -> None:
         self.config = config
         self._accept = services.accept
-        self._is_live = services.is_live
         self._approvals = services.approvals
         self._monitor_actions = services.monitor_actions
         self._feedback = services.feedback
@@ -261,22 +260,27 @@ class SlackAdapter:
         if self.installations is not None and context.is_enterprise_install and context.enterprise_id and team_id:
             # An org-wide install: workers find this workspace's token through its org.
             await self.installations.remember_enterprise(team_id, context.enterprise_id)
-        # With mentions required in threads, whether the bot is in one changes nothing.
-        key = None if self.config.require_mention_in_threads else candidate_thread(team_id, event, context.bot_user_id or "")
-        in_known_thread = key is not None and await self._is_live(key)
+        # A reply in a thread without a mention is for the bot if the bot is part of that
+        # thread: the inbox asks as it stores it (with mentions required, it is not for the bot).
+        in_thread = not self.config.require_mention_in_threads and candidate_thread(
+            team_id, event, context.bot_user_id or ""
+        ) is not None
         parsed = parse_event(
             event_id=body.get("event_id") or f"{event.get('channel')}:{event.get('ts')}",
             team_id=team_id,
             event=event,
             bot_user_id=context.bot_user_id or "",
             bot_id=context.bot_id,
-            in_known_thread=in_known_thread,
+            in_known_thread=in_thread,
             require_mention_in_threads=self.config.require_mention_in_threads,
         )
         if isinstance(parsed, Ignored):
             log.debug("slack event %s ignored: %s", body.get("event_id"), parsed.reason)
             return
-        outcome = await self._accept(parsed)
+        outcome = await self._accept(parsed, if_thread_live=in_thread)
+        if outcome is AcceptOutcome.NOT_IN_LIVE_THREAD:
+            log.debug("slack event %s ignored: thread message not addressed to the bot", body.get("event_id"))
+            return
         log.info("slack event %s %s (thread %s)", body.get("event_id"), outcome.value, parsed.thread)
 
     async def _on_assistant_thread(self, body: dict[str, Any], event: dict[str, Any]) -> None:

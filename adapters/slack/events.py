@@ -143,7 +143,10 @@ def parse_event(
     in_known_thread: bool,
     require_mention_in_threads: bool,
 ) -> InboundMessage | Ignored:
-    """Decide whether an Events API `event` is a message for the bot and parse it."""
+    """Decide whether an Events API `event` is a message for the bot and parse it.
+
+    `in_known_thread`: a reply in a channel thread, without a mention, is for the bot (the
+    adapter has the inbox store it only if the bot is part of that thread)."""
     kind = event.get("type")
     if kind not in ("app_mention", "message"):
         return Ignored(f"event type {kind}")
@@ -192,10 +195,9 @@ def parse_event(
 
 
 def candidate_thread(team_id: str, event: dict[str, Any], bot_user_id: str) -> ThreadKey | None:
-    """The thread a channel `message` event would continue, to ask whether the bot is in it;
-    None when the answer changes nothing: a message that mentions the bot is for it either way
-    (the companion of an `app_mention` in a thread is one), and asking is a database round trip
-    on the acknowledgement's path."""
+    """The thread a channel `message` event would continue, if whether the bot is in it decides
+    whether the message is for the bot; None when that changes nothing: a message that mentions
+    the bot is for it either way (the companion of an `app_mention` in a thread is one)."""
     thread_ts = event.get("thread_ts")
     if event.get("type") != "message" or not thread_ts or event.get("channel_type") == "im":
         return None

@@ -67,6 +67,8 @@ def _threads_with_work_statement() -> Select:
 
 
 _THREADS_WITH_WORK = _threads_with_work_statement()
+# A row for the SQLite writer, and whether to store it only in a live thread.
+_Insert = tuple[dict[str, Any], bool]
 _ASYNC_COMMIT = text("SET LOCAL synchronous_commit TO OFF")
 
 
@@ -105,18 +107,19 @@ class SQLiteInboxWriter:
         processor = UTCDateTime().bind_processor(sqlite.dialect())
         assert processor is not None  # a TypeDecorator with process_bind_param always has one
         self._time = processor
-        self._waiting: list[tuple[dict[str, Any], asyncio.Future[bool]]] = []
+        self._waiting: list[tuple[_Insert, asyncio.Future[AcceptOutcome]]] = []
         self._poller: asyncio.Task[None] | None = None
 
-    async def insert(self, row: dict[str, object]) -> bool:
-        """Insert `row` and commit; False when its event or message is already stored."""
+    async def insert(self, row: dict[str, object], if_thread_live: bool = False) -> AcceptOutcome:
+        """Insert `row` and commit (with `if_thread_live`, only if its thread is a live one)."""
         params: dict[str, Any] = {c: row[c] for c in self._COLUMNS}
         for column in ("available_at", "created_at", "updated_at"):
             params[column] = self._time(params[column])
+        insert = (params, if_thread_live)
         if not self._waiting and self._begin():  # nobody queued ahead of it, and the lock is free
-            return self._insert_and_commit([params])[0]
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiting.append((params, done))
+            return self._insert_and_commit([insert])[0]
+        done: asyncio.Future[AcceptOutcome] = asyncio.get_running_loop().create_future()
+        self._waiting.append((insert, done))
         if self._poller is None:
             # A task of its own: a caller that stops waiting does not strand the queue.
             self._poller = asyncio.create_task(self._commit_waiting(), name="inbox-sqlite-wait")
@@ -132,15 +135,23 @@ class SQLiteInboxWriter:
             return False
         return True
 
-    def _insert_and_commit(self, rows: list[dict[str, Any]]) -> list[bool]:
-        """In the transaction `_begin` opened: whether each row was stored (not a duplicate)."""
+    def _insert_and_commit(self, inserts: list[_Insert]) -> list[AcceptOutcome]:
+        """In the transaction `_begin` opened (so a thread cannot be archived meanwhile): what
+        became of each row."""
         try:
-            inserted = [self._conn.execute(self._SQL, params).fetchone() is not None for params in rows]
+            outcomes = [self._insert_one(params, if_thread_live) for params, if_thread_live in inserts]
             self._conn.execute("COMMIT")
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
-        return inserted
+        return outcomes
+
+    def _insert_one(self, params: dict[str, Any], if_thread_live: bool) -> AcceptOutcome:
+        if if_thread_live and not self.thread_is_live(params["thread_key"]):
+            return AcceptOutcome.NOT_IN_LIVE_THREAD
+        if self._conn.execute(self._SQL, params).fetchone() is None:
+            return AcceptOutcome.DUPLICATE
+        return AcceptOutcome.ACCEPTED
 
     async def _commit_waiting(self) -> None:
         """Wait for the lock, then commit every queued row (those queued meanwhile included)."""
@@ -164,16 +175,16 @@ class SQLiteInboxWriter:
         finally:
             batch, self._waiting, self._poller = self._waiting, [], None
         try:
-            results = self._insert_and_commit([params for params, _ in batch])
+            results = self._insert_and_commit([insert for insert, _ in batch])
         except Exception as exc:
             self._fail(batch, exc)
             return
-        for (_, done), inserted in zip(batch, results, strict=True):
+        for (_, done), outcome in zip(batch, results, strict=True):
             if not done.done():
-                done.set_result(inserted)
+                done.set_result(outcome)
 
     @staticmethod
-    def _fail(batch: list[tuple[dict[str, Any], asyncio.Future[bool]]], exc: Exception) -> None:
+    def _fail(batch: list[tuple[_Insert, asyncio.Future[AcceptOutcome]]], exc: Exception) -> None:
         for _, done in batch:
             if not done.done():
                 done.set_exception(exc)
@@ -224,8 +235,10 @@ class Inbox:
         if self._postgres_writer is not None:
             await self._postgres_writer.close()
 
-    async def accept(self, msg: InboundMessage) -> AcceptOutcome:
-        """Store `msg` unless its event or message was seen before. Commits before returning."""
+    async def accept(self, msg: InboundMessage, *, if_thread_live: bool = False) -> AcceptOutcome:
+        """Store `msg` unless its event or message was seen before — with `if_thread_live`, only
+        if its thread is a live conversation, asked in the same transaction (see
+        `adapters.base.AcceptMessage`). Commits before returning."""
         now = utcnow()
         row = {
             "platform": msg.platform,
@@ -240,16 +253,18 @@ class Inbox:
             "updated_at": now,
         }
         if self._sqlite_writer is not None:
-            inserted = await self._sqlite_writer.insert(row)
+            outcome = await self._sqlite_writer.insert(row, if_thread_live)
         elif self._postgres_writer is not None:
-            inserted = await self._postgres_writer.insert(row)
+            outcome = await self._postgres_writer.insert(row, if_thread_live)
         else:
             async with self._engine.begin() as conn:
+                if if_thread_live and not await self._is_live_on(conn, str(msg.thread)):
+                    return AcceptOutcome.NOT_IN_LIVE_THREAD
                 inserted = (await conn.execute(self._accept_statement, row)).first() is not None
-        if not inserted:
-            return AcceptOutcome.DUPLICATE
-        self.wakeup.set()
-        return AcceptOutcome.ACCEPTED
+            outcome = AcceptOutcome.ACCEPTED if inserted else AcceptOutcome.DUPLICATE
+        if outcome is AcceptOutcome.ACCEPTED:
+            self.wakeup.set()
+        return outcome
 
     async def thread_is_live(self, key: ThreadKey) -> bool:
         """Whether a live conversation exists for `key` (the bot is part of that thread).
@@ -262,7 +277,11 @@ class Inbox:
         if self._postgres_writer is not None:
             return await self._postgres_writer.thread_is_live(str(key))
         async with self._engine.connect() as conn:
-            return (await conn.execute(text(LIVE_THREAD_SQL.replace("%s", ":key")), {"key": str(key)})).first() is not None
+            return await self._is_live_on(conn, str(key))
+
+    @staticmethod
+    async def _is_live_on(conn: AsyncConnection, thread_key: str) -> bool:
+        return (await conn.execute(text(LIVE_THREAD_SQL.replace("%s", ":key")), {"key": thread_key})).first() is not None
 
     async def threads_with_work(self, limit: int = 32) -> list[str]:
         """Threads whose oldest unanswered event is due and that nobody holds, longest-waiting first."""

@@ -30,6 +30,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from adapters.base import AcceptOutcome
 from agent_core.store.tables import ThreadRow
 from gateway.tables import EventStatus, InboundEventRow
 
@@ -55,16 +56,24 @@ def listener_name(pid: int | None = None) -> str:
 _ARRAYS = (("platform", "text"), ("event_id", "text"), ("dedupe_key", "text"), ("thread_key", "text"),
            ("payload", "text"), ("created_at", "timestamptz"))
 _NAMES = ", ".join(name for name, _ in _ARRAYS)
-# Arrays go in binary (%b): the text format escapes every quote of every payload. ORDER BY n:
-# rows are inserted in arrival order, so of two deliveries of one message in the same batch the
-# first is stored and the second is the duplicate.
+# Arrays go in binary (%b): the text format escapes every quote of every payload. A row whose
+# `if_thread_live` is set is addressed to the bot only if its thread is live (asked here, in the
+# statement that stores it); the others are stored unless seen before. ORDER BY n: rows are
+# inserted in arrival order, so of two deliveries of one message in the same batch the first is
+# stored and the second is the duplicate. Returns the stored rows' event ids (true) and those of
+# the rows not addressed to the bot (false).
 _ACCEPT_SQL = (
-    f"INSERT INTO {InboundEventRow.__tablename__} "
+    f"WITH batch AS (SELECT {_NAMES}, n, (NOT if_thread_live OR EXISTS ("
+    f"SELECT 1 FROM {ThreadRow.__tablename__} AS thread "
+    "WHERE thread.key = batch_rows.thread_key AND thread.archived_at IS NULL)) AS addressed "
+    f"FROM unnest({', '.join(f'%({name})b::{kind}[]' for name, kind in _ARRAYS)}, %(if_thread_live)b::bool[]) "
+    f"WITH ORDINALITY AS batch_rows({_NAMES}, if_thread_live, n)), "
+    f"stored AS (INSERT INTO {InboundEventRow.__tablename__} "
     f"({_NAMES}, status, attempts, available_at, updated_at) "
     f"SELECT {_NAMES}, '{EventStatus.PENDING.value}', 0, created_at, created_at "
-    f"FROM unnest({', '.join(f'%({name})b::{kind}[]' for name, kind in _ARRAYS)}) "
-    f"WITH ORDINALITY AS batch({_NAMES}, n) ORDER BY n "
-    "ON CONFLICT DO NOTHING RETURNING event_id"
+    "FROM batch WHERE addressed ORDER BY n "
+    "ON CONFLICT DO NOTHING RETURNING event_id) "
+    "SELECT event_id, true FROM stored UNION ALL SELECT event_id, false FROM batch WHERE NOT addressed"
 )
 # The payload is the schema, so services sharing a database in different schemas do not wake
 # each other.
@@ -120,7 +129,7 @@ class PostgresInboxWriter:
 
         self._batches = pool(self.BATCHES_IN_FLIGHT, "inbox-accept")
         self._lookups = pool(self.LOOKUPS_IN_FLIGHT + self.NOTIFIERS, "inbox-lookup")
-        self._queue: list[tuple[dict[str, object], asyncio.Future[bool]]] = []
+        self._queue: list[tuple[dict[str, object], asyncio.Future[AcceptOutcome]]] = []
         self._queued = asyncio.Event()
         self._flushers: list[asyncio.Task[None]] = []
         self._opening = asyncio.Lock()
@@ -138,12 +147,12 @@ class PostgresInboxWriter:
                     for n in range(self.BATCHES_IN_FLIGHT)
                 ]
 
-    async def insert(self, row: dict[str, object]) -> bool:
-        """Insert `row` (committed on return); False when its event or message is already stored."""
+    async def insert(self, row: dict[str, object], if_thread_live: bool = False) -> AcceptOutcome:
+        """Insert `row` (committed on return; with `if_thread_live`, only if its thread is live)."""
         if not self._flushers:
             await self.open()
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue.append((row, done))
+        done: asyncio.Future[AcceptOutcome] = asyncio.get_running_loop().create_future()
+        self._queue.append(({**row, "if_thread_live": if_thread_live}, done))
         self._queued.set()
         return await done
 
@@ -174,7 +183,7 @@ class PostgresInboxWriter:
                 await self._queued.wait()
             batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH :]
             try:
-                stored = await self._insert([row for row, _ in batch])
+                stored, not_addressed = await self._insert([row for row, _ in batch])
                 stored_any = bool(stored)
             except Exception as exc:  # every caller of the batch gets it
                 for _, done in batch:
@@ -182,12 +191,16 @@ class PostgresInboxWriter:
                         done.set_exception(exc)
                 continue
             for row, done in batch:
-                # Two deliveries of one event in a batch: the first one is the stored one.
                 event_id = str(row["event_id"])
-                inserted = event_id in stored
-                stored.discard(event_id)
+                if event_id in not_addressed:
+                    outcome = AcceptOutcome.NOT_IN_LIVE_THREAD
+                elif event_id in stored:
+                    outcome = AcceptOutcome.ACCEPTED
+                    stored.discard(event_id)  # two deliveries of one event in a batch: the first is stored
+                else:
+                    outcome = AcceptOutcome.DUPLICATE
                 if not done.done():
-                    done.set_result(inserted)
+                    done.set_result(outcome)
             if stored_any:
                 self._wake_other_replicas()
 
@@ -212,12 +225,15 @@ class PostgresInboxWriter:
             if not self._notify_again:
                 return
 
-    async def _insert(self, rows: list[dict[str, object]]) -> set[str]:
-        """The batch in one statement; returns the event ids it stored."""
+    async def _insert(self, rows: list[dict[str, object]]) -> tuple[set[str], set[str]]:
+        """The batch in one statement; returns the event ids it stored, and those of the rows
+        it did not store because their thread is not live."""
         columns: dict[str, list[object]] = {name: [row[name] for row in rows] for name, _ in _ARRAYS}
+        columns["if_thread_live"] = [row["if_thread_live"] for row in rows]
         async with self._batches.connection() as conn:
             cursor = await conn.execute(_ACCEPT_SQL, columns, prepare=True)
-            return {event_id for (event_id,) in await cursor.fetchall()}
+            results = await cursor.fetchall()
+        return {event_id for event_id, stored in results if stored}, {event_id for event_id, stored in results if not stored}
 
 
 async def listen_for_work(conninfo: str, wakeup: asyncio.Event, retry_s: float = 5.0) -> None:
