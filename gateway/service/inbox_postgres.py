@@ -56,23 +56,28 @@ def listener_name(pid: int | None = None) -> str:
 _ARRAYS = (("platform", "text"), ("event_id", "text"), ("dedupe_key", "text"), ("thread_key", "text"),
            ("payload", "text"), ("created_at", "timestamptz"))
 _NAMES = ", ".join(name for name, _ in _ARRAYS)
-# Arrays go in binary (%b): the text format escapes every quote of every payload. A row whose
-# `if_thread_live` is set is addressed to the bot only if its thread is live (asked here, in the
-# statement that stores it); the others are stored unless seen before. ORDER BY n: rows are
-# inserted in arrival order, so of two deliveries of one message in the same batch the first is
-# stored and the second is the duplicate. Returns the stored rows' event ids (true) and those of
-# the rows not addressed to the bot (false).
+# Arrays go in binary (%b): the text format escapes every quote of every payload. ORDER BY n:
+# rows are inserted in arrival order, so of two deliveries of one message in the same batch the
+# first is stored and the second is the duplicate.
+_ARRAY_PARAMS = ", ".join(f"%({name})b::{kind}[]" for name, kind in _ARRAYS)
+_INSERT = (
+    f"INSERT INTO {InboundEventRow.__tablename__} ({_NAMES}, status, attempts, available_at, updated_at) "
+    f"SELECT {_NAMES}, '{EventStatus.PENDING.value}', 0, created_at, created_at "
+)
 _ACCEPT_SQL = (
+    f"{_INSERT} FROM unnest({_ARRAY_PARAMS}) WITH ORDINALITY AS batch({_NAMES}, n) ORDER BY n "
+    "ON CONFLICT DO NOTHING RETURNING event_id"
+)
+# A batch with rows to store only in a live thread (`if_thread_live`): those are asked about in
+# the same statement. Returns the stored rows' event ids (true) and those of the rows whose thread
+# is not live (false). Twice the time of the plain insert on the server, so only for such batches.
+_ACCEPT_IF_LIVE_SQL = (
     f"WITH batch AS (SELECT {_NAMES}, n, (NOT if_thread_live OR EXISTS ("
     f"SELECT 1 FROM {ThreadRow.__tablename__} AS thread "
     "WHERE thread.key = batch_rows.thread_key AND thread.archived_at IS NULL)) AS addressed "
-    f"FROM unnest({', '.join(f'%({name})b::{kind}[]' for name, kind in _ARRAYS)}, %(if_thread_live)b::bool[]) "
+    f"FROM unnest({_ARRAY_PARAMS}, %(if_thread_live)b::bool[]) "
     f"WITH ORDINALITY AS batch_rows({_NAMES}, if_thread_live, n)), "
-    f"stored AS (INSERT INTO {InboundEventRow.__tablename__} "
-    f"({_NAMES}, status, attempts, available_at, updated_at) "
-    f"SELECT {_NAMES}, '{EventStatus.PENDING.value}', 0, created_at, created_at "
-    "FROM batch WHERE addressed ORDER BY n "
-    "ON CONFLICT DO NOTHING RETURNING event_id) "
+    f"stored AS ({_INSERT} FROM batch WHERE addressed ORDER BY n ON CONFLICT DO NOTHING RETURNING event_id) "
     "SELECT event_id, true FROM stored UNION ALL SELECT event_id, false FROM batch WHERE NOT addressed"
 )
 # The payload is the schema, so services sharing a database in different schemas do not wake
@@ -229,9 +234,12 @@ class PostgresInboxWriter:
         """The batch in one statement; returns the event ids it stored, and those of the rows
         it did not store because their thread is not live."""
         columns: dict[str, list[object]] = {name: [row[name] for row in rows] for name, _ in _ARRAYS}
-        columns["if_thread_live"] = [row["if_thread_live"] for row in rows]
+        if_thread_live = [row["if_thread_live"] for row in rows]
         async with self._batches.connection() as conn:
-            cursor = await conn.execute(_ACCEPT_SQL, columns, prepare=True)
+            if not any(if_thread_live):
+                cursor = await conn.execute(_ACCEPT_SQL, columns, prepare=True)
+                return {event_id for (event_id,) in await cursor.fetchall()}, set()
+            cursor = await conn.execute(_ACCEPT_IF_LIVE_SQL, {**columns, "if_thread_live": if_thread_live}, prepare=True)
             results = await cursor.fetchall()
         return {event_id for event_id, stored in results if stored}, {event_id for event_id, stored in results if not stored}
 
