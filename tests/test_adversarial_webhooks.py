@@ -162,6 +162,21 @@ async def test_valid_slack_event_is_still_accepted(slack_gateway, caplog) -> Non
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+async def test_a_malformed_request_line_gets_400_and_is_counted_as_unmatched(slack_gateway, caplog) -> None:
+    gw = slack_gateway
+    reader, writer = await asyncio.open_connection(gw.server.host, gw.server.port)
+    writer.write(b"GARBAGE \x01\x02 " + MARKER.encode() + b"\r\n\r\n")
+    await writer.drain()
+    status_line = await reader.readline()
+    writer.close()
+    assert status_line.startswith(b"HTTP/1.0 400")
+    async with gw.http.get(gw.server.make_url("/metrics")) as resp:
+        metrics = await resp.text()
+    assert 'ba_agent_http_requests_total{method="other",route="unmatched",status="400"}' in metrics
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # no traceback from counting it
+    assert MARKER not in caplog.text
+
+
 # --- Feishu ----------------------------------------------------------------------------------
 
 

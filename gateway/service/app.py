@@ -15,7 +15,7 @@ from agent_core.model_check import ModelCheck
 from gateway.config import Settings
 from gateway.migrate import upgrade
 from gateway.service.feedback import FeedbackStore
-from gateway.service.metrics import EVENT_ROUTES, HttpMetrics, render_metrics
+from gateway.service.metrics import EVENT_ROUTES, HttpMetrics, label_request, render_metrics
 from gateway.service.platforms import Platforms, build_platforms, configured
 from gateway.service.runtime import Answering, Runtime, open_stores
 from gateway.service.worker_pool import WorkerPool
@@ -140,6 +140,7 @@ def create_app(settings: Settings) -> web.Application:
     event_routes = {route.path: p.name for p in settings.platforms for route in p.routes if route.method == "POST"}
     app = web.Application(client_max_size=1024**2)
     app[EVENT_ROUTES] = event_routes
+    app.on_response_prepare.append(label_request)  # the labels HttpMetrics counts it under
     app[RUNTIME] = runtime
     app[WORKERS] = workers
     app[MODEL_CHECK] = ModelCheckResult(ModelCheck(state="pending"))

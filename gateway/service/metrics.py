@@ -100,6 +100,17 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 
 # Path → platform of the routes that take platform event deliveries (set by `create_app`).
 EVENT_ROUTES = web.AppKey("event_routes", dict)
+# Where `label_request` leaves a routed request's labels: (route, platform or None).
+_LABELS = web.RequestKey("metric_labels", tuple)
+
+
+async def label_request(request: web.Request, _response: web.StreamResponse) -> None:
+    """`on_response_prepare` hook: the labels a request is counted under. Only a request the
+    application routed gets here; one refused before routing (a malformed request line) is
+    counted as "unmatched"."""
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    request[_LABELS] = (route, request.app[EVENT_ROUTES].get(route) if request.method == "POST" else None)
 
 
 class HttpMetrics(AbstractAccessLogger):
@@ -109,12 +120,9 @@ class HttpMetrics(AbstractAccessLogger):
     also its acknowledgement latency."""
 
     def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
-        # A request refused before routing (a malformed request line) is a BaseRequest.
-        resource = request.match_info.route.resource if isinstance(request, web.Request) else None
-        route = resource.canonical if resource is not None else "unmatched"
+        route, platform = request.get(_LABELS) or ("unmatched", None)
         method = request.method if request.method in _METHODS else "other"  # bounded labels
         HTTP_REQUESTS.labels(method, route, str(response.status)).inc()
         HTTP_DURATION.labels(method, route).observe(time)
-        if method == "POST" and isinstance(request, web.Request):
-            if (platform := request.app[EVENT_ROUTES].get(route)) is not None:
-                ACK_LATENCY.labels(platform).observe(time)
+        if platform is not None:
+            ACK_LATENCY.labels(platform).observe(time)
