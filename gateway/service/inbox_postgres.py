@@ -4,7 +4,8 @@ Accepting is the acknowledgement's critical path. Concurrent accepts are committ
 whatever arrives while a batch is on its way to the server goes into the next one, as a
 single multi-row INSERT … ON CONFLICT DO NOTHING (a prepared statement taking one array per
 column, so every batch size shares it) in autocommit: one round trip and one commit for the
-whole batch. A lone event is sent at once, so a quiet service adds no batching delay.
+whole batch. A lone event is sent at once, so a quiet service adds no batching delay (and its
+INSERT takes scalars: cheaper to send and to plan than arrays of one).
 
 Once a batch that stored anything is committed (and its callers answered), `CHANNEL` is
 notified in a statement of its own. Not in the batch's transaction: a transaction that
@@ -67,6 +68,13 @@ _INSERT = (
 _ACCEPT_SQL = (
     f"{_INSERT} FROM unnest({_ARRAY_PARAMS}) WITH ORDINALITY AS batch({_NAMES}, n) ORDER BY n "
     "ON CONFLICT DO NOTHING RETURNING event_id"
+)
+# A lone row (what a service that is not flooded nearly always sends): the same insert with
+# scalar parameters, which psycopg dumps and the server plans in about half the time of arrays.
+_ACCEPT_ONE_SQL = (
+    f"INSERT INTO {InboundEventRow.__tablename__} ({_NAMES}, status, attempts, available_at, updated_at) "
+    f"VALUES ({', '.join(f'%({name})s' for name, _ in _ARRAYS)}, '{EventStatus.PENDING.value}', 0, "
+    "%(created_at)s, %(created_at)s) ON CONFLICT DO NOTHING RETURNING event_id"
 )
 # A batch with rows to store only in a live thread (`if_thread_live`): those are asked about in
 # the same statement. Returns the stored rows' event ids (true) and those of the rows whose thread
@@ -236,6 +244,9 @@ class PostgresInboxWriter:
         columns: dict[str, list[object]] = {name: [row[name] for row in rows] for name, _ in _ARRAYS}
         if_thread_live = [row["if_thread_live"] for row in rows]
         async with self._batches.connection() as conn:
+            if len(rows) == 1 and not if_thread_live[0]:
+                cursor = await conn.execute(_ACCEPT_ONE_SQL, rows[0], prepare=True)
+                return {event_id for (event_id,) in await cursor.fetchall()}, set()
             if not any(if_thread_live):
                 cursor = await conn.execute(_ACCEPT_SQL, columns, prepare=True)
                 return {event_id for (event_id,) in await cursor.fetchall()}, set()
