@@ -92,7 +92,13 @@ class SlackAdapter:
         # Bolt gives each of its loggers this one's level (and filters) when it builds them;
         # without it they take the root logger's level, undoing any quieting, and bolt logs
         # rejected requests at INFO with their whole body.
-        common: dict[str, Any] = {"signing_secret": signing_secret, "process_before_response": True, "logger": bolt_logger()}
+        # Listeners answer through the inbox and our responder, never through bolt's per-request
+        # helpers (`say`, `respond`, `set_status`, a function's token): not building them saves
+        # two middlewares on every acknowledgement.
+        common: dict[str, Any] = {
+            "signing_secret": signing_secret, "process_before_response": True, "logger": bolt_logger(),
+            "attaching_conversation_kwargs_enabled": False, "attaching_function_token_enabled": False,
+        }  # fmt: skip
         self.installations: Installations | None = None
         tokens: BotTokens | None = None
         if config.oauth:
