@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -18,7 +17,6 @@ from tests.fakes.slack_events import app_mention
 from tests.harness import SIGNING_SECRET
 from tests.serve_process import (
     BA_AGENT,
-    children,
     clean_env,
     free_port,
     post_event,
@@ -41,21 +39,6 @@ def test_serve_starts_with_no_configuration(tmp_path: Path) -> None:
         out = stop(proc)
     assert "missing: ANTHROPIC_API_KEY, SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET" in out
     assert (tmp_path / "data" / "ba_agent.db").exists()
-
-
-def test_worker_processes_run_at_a_lower_cpu_priority_than_serve(tmp_path: Path) -> None:
-    # On a busy host the scheduler runs serve first: its acknowledgements have a deadline.
-    port = free_port()
-    proc = start(clean_env(tmp_path), port, tmp_path)
-    try:
-        wait_healthy(port)
-        wait_workers_ready(port)
-        workers = children(proc.pid)
-        serve_niceness = os.getpriority(os.PRIO_PROCESS, proc.pid)
-        assert workers
-        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in workers] == [serve_niceness + 5] * len(workers)
-    finally:
-        stop(proc)
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,7 @@
 
 `ba-agent serve` starts its workers with `--supervised`: stdin is then the pipe from serve, a
 byte on it means new work, and its end means serve is gone, so the worker stops too; stdout
-goes back to serve, which learns from it when the worker is ready, and it runs at a lower CPU
-priority than serve (`SUPERVISED_NICENESS`). Started on
+goes back to serve, which learns from it when the worker is ready. Started on
 its own (another host or container, same database), a worker finds work by polling every
 `BA_POLL_INTERVAL` seconds and stops on SIGTERM or SIGINT.
 """
@@ -13,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
 import signal
 import sys
 
@@ -23,11 +21,6 @@ from gateway.service.runtime import Runtime, open_stores
 from gateway.service.worker_pool import MODEL_CHECK_LINE, READY_LINE
 
 log = logging.getLogger(__name__)
-
-# A supervised worker shares its host with serve, whose acknowledgements have a deadline (3 s,
-# then the platform retries) while an answer takes seconds anyway: on a busy machine the
-# scheduler should run serve first. Raising one's own niceness needs no privilege.
-SUPERVISED_NICENESS = 5
 
 
 async def run_worker(settings: Settings, supervised: bool, check_model: bool = False) -> None:
@@ -45,7 +38,6 @@ async def run_worker(settings: Settings, supervised: bool, check_model: bool = F
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     if supervised:
-        os.nice(SUPERVISED_NICENESS)
         # Ctrl-C in a terminal reaches the whole process group: serve decides when we stop.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         watcher = asyncio.create_task(watch_supervisor(runtime.inbox.wakeup, stop))
