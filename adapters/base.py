@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Generic, Protocol, Self, TypeVar, cast, runtime_checkable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, StringConstraints
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent_core.i18n import Language
@@ -68,6 +68,14 @@ class CredentialStatus(BaseModel):
 
     state: CredentialState
     detail: str = ""  # who the credentials are, or why they could not be verified
+
+
+# A platform's ids, timestamps and type names never hold control characters: one that does is
+# hostile, and a NUL in a key is refused by PostgreSQL at the insert (a 500 for every retry).
+# Adapters give the payload fields they key on this type; message text may hold anything (it is
+# stored JSON-escaped).
+CONTROL_CHARACTERS = "\x00-\x1f\x7f"
+PlatformId = Annotated[str, StringConstraints(pattern=f"^[^{CONTROL_CHARACTERS}]*$")]
 
 
 class AcceptOutcome(StrEnum):

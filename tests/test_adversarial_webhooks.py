@@ -140,6 +140,14 @@ async def test_signed_malformed_slack_bodies_get_400_and_one_warning(slack_gatew
         ("event type is a number", _mutated(mention, lambda p: p["event"].update(type=7))),
         ("authorizations is a string", _mutated(mention, lambda p: p.update(authorizations=MARKER))),
         ("team is a number", _mutated(mention, lambda p: p.update(team=7))),
+        # Ids with a NUL: PostgreSQL refuses them at the insert (it was a 500 for every retry).
+        ("event_id with a NUL", _mutated(mention, lambda p: p.update(event_id="Ev\x001"))),
+        ("team_id with a NUL", _mutated(mention, lambda p: p.update(team_id="T\x001"))),
+        ("channel with a NUL", _mutated(mention, lambda p: p["event"].update(channel="C\x001"))),
+        ("thread_ts with a NUL", _mutated(mention, lambda p: p["event"].update(thread_ts="17000\x0000001.000100"))),
+        ("user with a line break", _mutated(mention, lambda p: p["event"].update(user="U1\nINFO forged"))),
+        ("file name with a NUL", _mutated(file_share, lambda p: p["event"].update(
+            files=[{"id": "F1", "name": "a\x00.csv"}], subtype="file_share"))),
     ]
     raw: list[tuple[str, bytes, dict[str, str]]] = [(case, encode(p), JSON) for case, p in payloads]
     raw += [
@@ -158,7 +166,10 @@ async def test_valid_slack_event_is_still_accepted(slack_gateway, caplog) -> Non
     gw = slack_gateway
     body = encode(app_mention("<@UBOT> what is GMV?", "U1", "C1", ts="1700000001.000100"))
     assert await _post_slack(gw, body, {**JSON, **sign(body, SIGNING_SECRET)}) == 200
-    assert await gw.stored_events() == 1
+    # Text may hold anything, a NUL included: it is stored JSON-escaped.
+    body = encode(app_mention("<@UBOT> GMV \x00 by region?", "U1", "C1", ts="1700000002.000100"))
+    assert await _post_slack(gw, body, {**JSON, **sign(body, SIGNING_SECRET)}) == 200
+    assert await gw.stored_events() == 2
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
@@ -214,6 +225,10 @@ async def test_hostile_feishu_requests_get_400_or_401_and_one_warning(feishu_gat
     numeric_key["event"]["message"]["content"] = json.dumps({"image_key": 12345})
     challenge_missing = feishu_url_verification("c")
     del challenge_missing["challenge"]
+    nul_chat = json.loads(json.dumps(mention))
+    nul_chat["event"]["message"]["chat_id"] = "oc_\x001"
+    nul_event_id = json.loads(json.dumps(mention))
+    nul_event_id["header"]["event_id"] = "ev\x001"
 
     def signed(payload: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
         body = encrypted_body(payload)
@@ -229,6 +244,9 @@ async def test_hostile_feishu_requests_get_400_or_401_and_one_warning(feishu_gat
         ("content nested a million deep", *signed(deep_content), 400),
         ("image_key is a number", *signed(numeric_key), 400),
         ("url_verification without a challenge", *signed(challenge_missing), 400),
+        # Ids with a NUL: PostgreSQL refuses them at the insert.
+        ("chat_id with a NUL", *signed(nul_chat), 400),
+        ("event_id with a NUL", *signed(nul_event_id), 400),
     ]
     for case, body, headers, expected in cases:
         status = await _post_feishu(gw, body, headers)

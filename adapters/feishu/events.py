@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from adapters.base import PlatformId
 from adapters.feishu.config import FeishuConfig
 from agent_core.messages import Attachment, InboundMessage, ThreadKey
 
@@ -73,15 +74,15 @@ class UrlVerification(BaseModel):
 
 
 class _UserId(BaseModel):
-    open_id: str | None = None
-    user_id: str | None = None
-    union_id: str | None = None
+    open_id: PlatformId | None = None
+    user_id: PlatformId | None = None
+    union_id: PlatformId | None = None
 
 
 class _Sender(BaseModel):
     sender_id: _UserId = Field(default_factory=_UserId)
-    sender_type: str = ""
-    tenant_key: str | None = None
+    sender_type: PlatformId = ""
+    tenant_key: PlatformId | None = None
 
 
 class _Mention(BaseModel):
@@ -91,14 +92,14 @@ class _Mention(BaseModel):
 
 
 class _Message(BaseModel):
-    message_id: str
-    root_id: str | None = None
-    parent_id: str | None = None
-    thread_id: str | None = None
+    message_id: PlatformId
+    root_id: PlatformId | None = None
+    parent_id: PlatformId | None = None
+    thread_id: PlatformId | None = None
     create_time: int  # milliseconds since the epoch (a string on the wire)
-    chat_id: str
-    chat_type: str
-    message_type: str
+    chat_id: PlatformId
+    chat_type: PlatformId
+    message_type: PlatformId
     content: str = "{}"
     mentions: list[_Mention] = Field(default_factory=list)
 
@@ -114,11 +115,11 @@ class _MessageEvent(BaseModel):
 
 
 class _Header(BaseModel):
-    event_id: str
-    event_type: str
+    event_id: PlatformId
+    event_type: PlatformId
     token: str | None = None
-    app_id: str | None = None
-    tenant_key: str | None = None
+    app_id: PlatformId | None = None
+    tenant_key: PlatformId | None = None
 
 
 def url_verification(payload: dict[str, Any]) -> UrlVerification | None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Strict, StrictInt, StrictStr, ValidationError
 
+from adapters.base import CONTROL_CHARACTERS, PlatformId
 from agent_core.messages import Attachment, InboundMessage, ThreadKey
 
 PLATFORM = "slack"
@@ -31,11 +32,15 @@ class MalformedEvent(ValueError):
     and never quotes the payload."""
 
 
+_HAS_CONTROL_CHARACTER = re.compile(f"[{CONTROL_CHARACTERS}]")
+_Name = Annotated[PlatformId, Strict()]  # an id, a ts, a type name (see `PlatformId`)
+
+
 class _File(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    id: StrictStr | None = None
-    name: StrictStr | None = None
+    id: _Name | None = None
+    name: _Name | None = None
     title: StrictStr | None = None
     mimetype: StrictStr | None = None
     size: StrictInt | None = None
@@ -48,16 +53,16 @@ class _MessageShape(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    type: StrictStr
-    channel: StrictStr
-    ts: StrictStr
-    user: StrictStr | None = None
+    type: _Name
+    channel: _Name
+    ts: _Name
+    user: _Name | None = None
     text: StrictStr | None = None
-    thread_ts: StrictStr | None = None
-    channel_type: StrictStr | None = None
-    subtype: StrictStr | None = None
-    bot_id: StrictStr | None = None
-    team: StrictStr | None = None
+    thread_ts: _Name | None = None
+    channel_type: _Name | None = None
+    subtype: _Name | None = None
+    bot_id: _Name | None = None
+    team: _Name | None = None
     files: list[_File] | None = None
 
 
@@ -74,6 +79,7 @@ def check_envelope(body: dict[str, Any]) -> None:
     for key in _STRING_FIELDS:
         if body.get(key) is not None and not isinstance(body[key], str):
             raise MalformedEvent(f"field {key!r} is not a string")
+        _check_name(body.get(key), key, "payload")
     _check_ids(body, "payload")
     authorizations = body.get("authorizations")
     if authorizations is not None and not (
@@ -105,6 +111,12 @@ def _check_ids(payload: dict[str, Any], where: str) -> None:
         value = payload.get(key)
         if value is not None and not isinstance(value, (str, dict)):
             raise MalformedEvent(f"field {key!r} of the {where} is neither a string nor an object")
+        _check_name(value, key, where)
+
+
+def _check_name(value: object, key: str, where: str) -> None:
+    if isinstance(value, str) and _HAS_CONTROL_CHARACTER.search(value):
+        raise MalformedEvent(f"field {key!r} of the {where} holds a control character")
 
 
 def strip_mention(text: str, bot_user_id: str) -> str:
