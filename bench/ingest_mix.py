@@ -1,8 +1,10 @@
 """The ingest benchmark's traffic: signed Slack Events API deliveries in a realistic mix.
 
 Per message a user writes:
-- 40 % mentions in a channel, which Slack delivers twice: `app_mention` and its companion
+- 30 % mentions in a channel, which Slack delivers twice: `app_mention` and its companion
   `message` (same ts, so one stored event);
+- 10 % mentions inside a thread of people's (`thread_ts` set), delivered twice likewise: the
+  companion is a thread reply, which the gateway also checks against its live threads;
 - 35 % follow-ups in a thread the bot is part of (`message` with `thread_ts`, no mention; the
   gateway asks its database whether it knows the thread);
 - 25 % direct messages (`message`, `channel_type: im`).
@@ -65,6 +67,14 @@ def _message_deliveries(kind: str, tag: str, rng: random.Random) -> list[dict]:
             app_mention(text, user, channel, ts=ts, event_id=f"Ev{tag}{ts}a"),
             message(text, user, channel, ts=ts, channel_type="channel", event_id=f"Ev{tag}{ts}m"),
         ]
+    if kind == "thread mention":
+        channel = f"C{rng.randrange(50)}"
+        root = f"1650000000.{rng.randrange(1000):06d}"
+        text = "<@UBOT> can you check these numbers?"
+        return [
+            app_mention(text, user, channel, ts=ts, thread_ts=root, event_id=f"Ev{tag}{ts}a"),
+            message(text, user, channel, ts=ts, channel_type="channel", thread_ts=root, event_id=f"Ev{tag}{ts}m"),
+        ]
     if kind == "follow-up":
         channel, root = rng.choice(thread_roots())
         text = "and by channel?"
@@ -87,7 +97,7 @@ def realistic_mix(count: int, tag: str, seed: int | str | None = None) -> list[D
             body, headers = signed_request(payload, SECRET, retry_num=1, retry_reason="http_timeout")
             out.append(Delivery(body, headers, message_key(payload)))
             continue
-        kind = rng.choices(["mention", "follow-up", "dm"], weights=[40, 35, 25])[0]
+        kind = rng.choices(["mention", "thread mention", "follow-up", "dm"], weights=[30, 10, 35, 25])[0]
         for payload in _message_deliveries(kind, tag, rng):
             body, headers = signed_request(payload, SECRET)
             out.append(Delivery(body, headers, message_key(payload)))
@@ -109,4 +119,4 @@ def fresh_mentions(count: int, tag: str) -> list[Delivery]:
 
 def deliveries_per_message() -> float:
     """Deliveries the mix sends per message a user writes (retries included)."""
-    return (0.40 * 2 + 0.35 + 0.25) * (1 + RETRY_SHARE)
+    return ((0.30 + 0.10) * 2 + 0.35 + 0.25) * (1 + RETRY_SHARE)
