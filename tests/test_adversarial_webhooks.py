@@ -18,11 +18,13 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from adapters.slack.render import APPROVE_ACTION, FEEDBACK_ACTION, FEEDBACK_COMMENT_VIEW
 from gateway.service.app import RUNNER_OPTIONS, create_app
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import (
     bot_mention,
+    card_action,
     encrypted_body,
     image_event,
     signed_headers,
@@ -31,7 +33,7 @@ from tests.fakes.feishu_events import (
 from tests.fakes.feishu_events import url_verification as feishu_url_verification
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import VERIFICATION_TOKEN as SLACK_VERIFICATION_TOKEN
-from tests.fakes.slack_events import app_mention, encode, message, sign
+from tests.fakes.slack_events import app_mention, block_actions, encode, message, sign, signed_interaction, view_submission
 from tests.harness import SIGNING_SECRET, Gateway, feishu_gateway_settings, gateway_settings, running_gateway
 
 # Put into every hostile body: it must never reach the log.
@@ -162,6 +164,35 @@ async def test_signed_malformed_slack_bodies_get_400_and_one_warning(slack_gatew
         await _assert_refused(gw, caplog, case, status, 400)
 
 
+def _buttons(action_id: str, value: str) -> dict[str, Any]:
+    """A bot message with one button, as the click's payload quotes it."""
+    button = {"type": "button", "action_id": action_id, "value": value, "text": {"type": "plain_text", "text": "x"}}
+    return {"ts": "1700000000.000100", "channel": "C1", "blocks": [{"type": "actions", "block_id": "b1", "elements": [button]}]}
+
+
+async def test_signed_slack_clicks_with_control_characters_get_400_and_one_warning(slack_gateway, caplog) -> None:
+    # A NUL in what a click's listener looks up made PostgreSQL refuse the query: a 500 with a
+    # traceback. Only Slack (or whoever holds the signing secret) can send these.
+    gw = slack_gateway
+    comment_view = {"type": "modal", "id": "V1", "callback_id": FEEDBACK_COMMENT_VIEW, "private_metadata": "a\x001"}
+    no_view_type = view_submission({**comment_view, "private_metadata": "a1"}, "U1", {"comment": {"comment": MARKER}})
+    del no_view_type["view"]["type"]
+    actions_not_a_list = block_actions(_buttons(APPROVE_ACTION, "ap1"), APPROVE_ACTION, "U1")
+    actions_not_a_list["actions"] = MARKER
+    cases = [
+        ("approval id with a NUL", block_actions(_buttons(APPROVE_ACTION, "ap\x001"), APPROVE_ACTION, "U1")),
+        ("clicking user with a NUL", block_actions(_buttons(APPROVE_ACTION, "ap1"), APPROVE_ACTION, "U\x001")),
+        ("answer id with a NUL", block_actions(_buttons(FEEDBACK_ACTION, "down:an\x001"), FEEDBACK_ACTION, "U1")),
+        ("modal metadata with a NUL", view_submission(comment_view, "U1", {"comment": {"comment": MARKER}})),
+        ("modal without a type", no_view_type),
+        ("actions is not a list", actions_not_a_list),
+    ]
+    for case, payload in cases:
+        body, headers = signed_interaction(payload, SIGNING_SECRET)
+        status = await _post_slack(gw, body, headers)
+        await _assert_refused(gw, caplog, case, status, 400)
+
+
 async def test_valid_slack_event_is_still_accepted(slack_gateway, caplog) -> None:
     gw = slack_gateway
     body = encode(app_mention("<@UBOT> what is GMV?", "U1", "C1", ts="1700000001.000100"))
@@ -247,6 +278,10 @@ async def test_hostile_feishu_requests_get_400_or_401_and_one_warning(feishu_gat
         # Ids with a NUL: PostgreSQL refuses them at the insert.
         ("chat_id with a NUL", *signed(nul_chat), 400),
         ("event_id with a NUL", *signed(nul_event_id), 400),
+        ("card action whose event_id holds a NUL", *signed(card_action({"approval_id": "ap1", "choice": "approve"},
+                                                                       event_id="ev\x001")), 400),
+        ("card action whose clicking user holds a NUL", *signed(card_action({"approval_id": "ap1", "choice": "approve"},
+                                                                            open_id="ou_\x001")), 400),
     ]
     for case, body, headers, expected in cases:
         status = await _post_feishu(gw, body, headers)

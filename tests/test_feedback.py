@@ -102,6 +102,14 @@ async def test_every_answer_carries_feedback_and_a_click_toggles(gateway, fakes,
     assert 'ba_agent_answer_feedback{rating="not_helpful"} 1.0' in metrics
     assert 'ba_agent_answer_feedback{rating="helpful"} 0.0' in metrics
 
+    # A typed comment may hold anything: a NUL (which PostgreSQL refuses) and an escape sequence
+    # (which would reach the terminal of whoever reads the comments) are left out.
+    comment = {"comment": {"comment": "It was 6%,\x00 not 4%.\x1b[2J"}}
+    assert await interact(gateway, view_submission(view, "U1", comment)) == 200
+    out = feedback_cli(gateway, database_url, tmp_path, "feedback")
+    assert "what was wrong: slack:U1: It was 6%, not 4%.[2J" in out
+    assert "\x1b" not in out
+
 
 async def test_thumbs_up_teaches_an_example_once_its_owner_confirms_it(gateway, fakes) -> None:
     anthropic, slack = fakes

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from adapters.approval_clicks import ClickAnswer, accept_click
-from adapters.base import AcceptMessage, ActOnAlert, FeedbackActions, FeedbackClick, LookupApproval
+from adapters.base import AcceptMessage, ActOnAlert, FeedbackActions, FeedbackClick, LookupApproval, PlatformId
 from adapters.feishu.events import CARD_ACTION, PLATFORM, Ignored, MalformedEvent
 from agent_core.i18n import Language, t
 from agent_core.messages import ClickChoice, InboundMessage, ThreadKey
@@ -34,25 +34,27 @@ AskWhatWasWrong = Callable[[str, str, str, Language], Coroutine[Any, Any, None]]
 _ASKING: set[asyncio.Task[None]] = set()  # questions being posted (kept from the collector)
 
 
+# The ids a callback carries (PlatformId: no control characters, which PostgreSQL would refuse
+# in the stores' lookups) are checked here; a click whose value fails is ignored.
 class _Operator(BaseModel):
-    open_id: str
+    open_id: PlatformId
 
 
 class _ApprovalValue(BaseModel):
-    approval_id: str
+    approval_id: PlatformId
     choice: ClickChoice
 
 
 class _AlertValue(BaseModel):
-    alert_id: str
+    alert_id: PlatformId
     monitor_action: MonitorAction
 
 
 class _StopTarget(BaseModel):
-    workspace: str
-    chat: str
-    root: str
-    reply_in: str = ""
+    workspace: PlatformId
+    chat: PlatformId
+    root: PlatformId
+    reply_in: PlatformId = ""
     dm: bool = False
     language: Language = Language.EN
 
@@ -63,12 +65,12 @@ class _StopValue(BaseModel):
 
 class _FeedbackValue(BaseModel):
     feedback: Literal["up", "down"]
-    answer_id: str
+    answer_id: PlatformId
     language: Language = Language.EN
 
 
 class _CommentValue(BaseModel):
-    comment_for: str
+    comment_for: PlatformId
     language: Language = Language.EN
 
 
@@ -79,12 +81,12 @@ class _Action(BaseModel):
 
 
 class _Context(BaseModel):
-    open_message_id: str = ""
-    open_chat_id: str = ""
+    open_message_id: PlatformId = ""
+    open_chat_id: PlatformId = ""
 
 
 class _Header(BaseModel):
-    event_id: str
+    event_id: PlatformId
 
 
 class _CardActionEvent(BaseModel):

@@ -90,6 +90,7 @@ def check_envelope(body: dict[str, Any]) -> None:
         _check_ids(authorization, "authorization")
     if body.get("type") == "url_verification" and not isinstance(body.get("challenge"), str):
         raise MalformedEvent("url_verification without a challenge")
+    _check_interaction(body)
     if "event" not in body:
         return
     event = body["event"]
@@ -112,6 +113,42 @@ def _check_ids(payload: dict[str, Any], where: str) -> None:
         if value is not None and not isinstance(value, (str, dict)):
             raise MalformedEvent(f"field {key!r} of the {where} is neither a string nor an object")
         _check_name(value, key, where)
+
+
+# What the interaction listeners read of a button click or a modal submission (besides the
+# envelope's ids above), by the object it is in: ids, timestamps, a button's value, a modal's
+# private metadata. All of them are the app's own or Slack's, never typed by a person.
+_INTERACTION_NAMES = {
+    "payload": ("trigger_id",),
+    "user": ("id", "username", "name", "team_id"),
+    "container": ("type", "message_ts", "channel_id", "thread_ts"),
+    "view": ("type", "id", "callback_id", "private_metadata"),
+    "action": ("type", "action_id", "block_id", "value", "action_ts"),
+}
+
+
+def _check_interaction(body: dict[str, Any]) -> None:
+    """A button click (`actions`) or a modal submission (`view`): the objects the listeners
+    look into are objects, and what they read as ids holds no control character (PostgreSQL
+    refuses a NUL in a query's text parameter: the click would have been a 500)."""
+    objects: list[tuple[str, object]] = [("payload", body)]
+    # A user given as a plain id string was checked with the envelope's ids.
+    objects += [(key, body[key]) for key in ("user", "container", "view")
+                if body.get(key) is not None and not (key == "user" and isinstance(body[key], str))]
+    actions = body.get("actions")
+    if actions is not None and not isinstance(actions, list):
+        raise MalformedEvent("field 'actions' is not a list")
+    objects += [("action", action) for action in actions or []]
+    for where, obj in objects:
+        if not isinstance(obj, dict):
+            raise MalformedEvent(f"the {where} is not an object")
+        for key in _INTERACTION_NAMES[where]:
+            value = obj.get(key)
+            if value is not None and not isinstance(value, str):
+                raise MalformedEvent(f"field {key!r} of the {where} is not a string")
+            _check_name(value, key, where)
+    if body.get("type") == "view_submission" and not isinstance((body.get("view") or {}).get("type"), str):
+        raise MalformedEvent("view_submission without a view type")
 
 
 def _check_name(value: object, key: str, where: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -27,6 +28,11 @@ from agent_core.messages import InboundMessage, OutboundReply, utcnow
 from agent_core.provenance import UPLOADS_SOURCE
 from gateway.feedback_tables import AnswerFeedbackRow
 from gateway.tables import InboundEventRow, OutboundDeliveryRow
+
+# What a typed comment loses before it is stored: control characters other than line breaks
+# and tabs. PostgreSQL refuses a NUL in text, and an escape sequence would reach the terminal
+# of whoever reads the comments with `ba-agent feedback`.
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +111,7 @@ class FeedbackStore:
                     col(AnswerFeedbackRow.platform) == platform,
                     col(AnswerFeedbackRow.user) == user,
                 )
-                .values(comment=text.strip()[:3000] or None, updated_at=utcnow())
+                .values(comment=_UNPRINTABLE.sub("", text).strip()[:3000] or None, updated_at=utcnow())
             )
         return bool(result.rowcount)
 
