@@ -1,5 +1,6 @@
 """A stopped turn stops its query: cancelling the task that awaits a query cancels it in the
-database (DuckDB's interrupt, PostgreSQL's cancel request) instead of leaving it running."""
+database (DuckDB's interrupt, PostgreSQL's cancel request, MariaDB's KILL QUERY) instead of
+leaving it running."""
 
 from __future__ import annotations
 
@@ -9,17 +10,19 @@ import threading
 from collections.abc import Callable
 
 import psycopg
+import pymysql
 
 from agent_core.data.duckdb_engine import run_duckdb_query
 from agent_core.data.errors import QueryTimeout
 from agent_core.data.interrupt import interruptible
 from agent_core.data.sources import DataSourceConfig, query_source
-from tests.test_sources import PG_URL
+from tests.test_sources import MYSQL_URL, PG_URL
 from tests.waiting import eventually, scaled
 
 # Minutes of work for either engine; their own time limit is set far beyond the test.
 DUCKDB_SLOW = "SELECT sum((a.range * b.range) % 7) AS s FROM range(200000) a, range(200000) b"
 POSTGRES_SLOW = "SELECT sum((a * b) % 7) AS s FROM generate_series(1, 200000) a, generate_series(1, 200000) b"
+MARIADB_SLOW = "SELECT sum((a.seq * b.seq) % 7) AS s FROM seq_1_to_200000 a, seq_1_to_200000 b"
 
 
 async def _cancel_while_running(
@@ -72,6 +75,41 @@ def _postgres_runs_the_slow_query() -> Callable[[], bool]:
     return running
 
 
+def _mariadb_runs_the_slow_query() -> Callable[[], bool]:
+    """Whether MariaDB runs MARIADB_SLOW for a moment now."""
+
+    def running() -> bool:
+        conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", database="test")
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM information_schema.processlist WHERE command = 'Query'"
+                    " AND time_ms >= 200 AND info LIKE %s AND id <> connection_id()",
+                    ["%seq_1_to_200000 a%"],
+                )
+                row = cursor.fetchone()
+        finally:
+            conn.close()
+        return bool(row and row[0])
+
+    return running
+
+
+def _mariadb_slow_queries_left() -> int:
+    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", database="test")
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM information_schema.processlist WHERE command = 'Query' AND info LIKE %s"
+                " AND id <> connection_id()",
+                ["%seq_1_to_200000 a%"],
+            )
+            row = cursor.fetchone()
+    finally:
+        conn.close()
+    return int(row[0]) if row else 0
+
+
 async def test_a_cancelled_duckdb_query_stops() -> None:
     assert await _cancel_while_running(lambda: run_duckdb_query(None, DUCKDB_SLOW, timeout_s=600)) == "cancelled"
 
@@ -91,3 +129,18 @@ async def test_a_postgres_query_stopped_as_it_starts_does_not_run_on() -> None:
     cfg = DataSourceConfig(name="pg", url=PG_URL, statement_timeout_s=600, allow_privileged=True)
     for _ in range(3):  # the stop lands at a different moment of the start each time
         assert await _cancel_while_running(lambda: query_source(cfg, POSTGRES_SLOW, timeout_s=600), at_once=True) == "cancelled"
+
+
+async def test_a_cancelled_mariadb_query_stops() -> None:
+    cfg = DataSourceConfig(name="shop", url=MYSQL_URL, statement_timeout_s=600, allow_privileged=True)
+    running = _mariadb_runs_the_slow_query()
+    outcome = await _cancel_while_running(lambda: query_source(cfg, MARIADB_SLOW, timeout_s=600), running)
+    assert outcome == "cancelled"
+    assert _mariadb_slow_queries_left() == 0  # not left scanning on the server
+
+
+async def test_a_mariadb_query_stopped_as_it_starts_does_not_run_on() -> None:
+    cfg = DataSourceConfig(name="shop", url=MYSQL_URL, statement_timeout_s=600, allow_privileged=True)
+    for _ in range(3):
+        assert await _cancel_while_running(lambda: query_source(cfg, MARIADB_SLOW, timeout_s=600), at_once=True) == "cancelled"
+    await eventually(lambda: _mariadb_slow_queries_left() == 0, 10, "no stopped query left running", poll=0.1)

@@ -53,7 +53,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -98,9 +98,10 @@ _SYSTEM_SCHEMAS = {
     "performance_schema",
     "sys",
 }
-# MySQL error codes: statement time limit (MySQL 3024, MariaDB 1969), lost connection after the
-# socket read timeout (2013), and a write in a read-only transaction (1792).
-_MYSQL_TIMEOUT_ERRORS = {3024, 1969, 2013}
+# MySQL error codes of a query that did not run to its end: the statement time limit (MySQL 3024,
+# MariaDB 1969), a lost connection after the socket read timeout (2013), and a stop (1317: killed
+# by `_mysql_kill_query` when its turn was stopped).
+_MYSQL_TIMEOUT_ERRORS = {3024, 1969, 2013, 1317}
 
 
 class SourceTable(BaseModel):
@@ -299,7 +300,7 @@ def _run_mysql(
     import pymysql.cursors
 
     try:
-        with _mysql_connection(cfg, timeout_s) as conn:
+        with _mysql_connection(cfg, timeout_s) as conn, on_interrupt(_mysql_kill_query(cfg, conn.thread_id())):
             # Unbuffered: rows are read from the socket as fetch_capped asks for them.
             cursor = conn.cursor(pymysql.cursors.SSCursor)
             cursor.execute("START TRANSACTION READ ONLY")
@@ -353,6 +354,18 @@ def _postgres_connection(cfg: DataSourceConfig, timeout_s: float) -> Iterator[ps
         yield conn
     finally:
         conn.close()
+
+
+def _mysql_kill_query(cfg: DataSourceConfig, thread_id: int) -> Callable[[], None]:
+    """The cancel of a stopped turn's query: `KILL QUERY` for its connection, sent on a
+    connection of its own (as the same user, who may kill their own queries). It ends the
+    statement, not the connection; `on_interrupt` stops sending it once the query is over."""
+
+    def kill() -> None:
+        with _mysql_connection(cfg, _CONNECT_TIMEOUT_S) as other, other.cursor() as cursor:
+            cursor.execute("KILL QUERY %s", [thread_id])
+
+    return kill
 
 
 @contextmanager
