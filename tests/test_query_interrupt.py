@@ -75,34 +75,15 @@ def _postgres_runs_the_slow_query() -> Callable[[], bool]:
     return running
 
 
-def _mariadb_runs_the_slow_query() -> Callable[[], bool]:
-    """Whether MariaDB runs MARIADB_SLOW for a moment now."""
-
-    def running() -> bool:
-        conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", database="test")
-        try:
-            with conn.cursor() as cursor:
-                cursor.execute(
-                    "SELECT count(*) FROM information_schema.processlist WHERE command = 'Query'"
-                    " AND time_ms >= 200 AND info LIKE %s AND id <> connection_id()",
-                    ["%seq_1_to_200000 a%"],
-                )
-                row = cursor.fetchone()
-        finally:
-            conn.close()
-        return bool(row and row[0])
-
-    return running
-
-
-def _mariadb_slow_queries_left() -> int:
+def _mariadb_slow_queries(running_for_ms: int = 0) -> int:
+    """How many MARIADB_SLOW statements MariaDB runs now (that have run at least this long)."""
     conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", database="test")
     try:
         with conn.cursor() as cursor:
             cursor.execute(
-                "SELECT count(*) FROM information_schema.processlist WHERE command = 'Query' AND info LIKE %s"
-                " AND id <> connection_id()",
-                ["%seq_1_to_200000 a%"],
+                "SELECT count(*) FROM information_schema.processlist WHERE command = 'Query'"
+                " AND time_ms >= %s AND info LIKE %s AND id <> connection_id()",
+                [running_for_ms, "%seq_1_to_200000 a%"],
             )
             row = cursor.fetchone()
     finally:
@@ -133,14 +114,15 @@ async def test_a_postgres_query_stopped_as_it_starts_does_not_run_on() -> None:
 
 async def test_a_cancelled_mariadb_query_stops() -> None:
     cfg = DataSourceConfig(name="shop", url=MYSQL_URL, statement_timeout_s=600, allow_privileged=True)
-    running = _mariadb_runs_the_slow_query()
-    outcome = await _cancel_while_running(lambda: query_source(cfg, MARIADB_SLOW, timeout_s=600), running)
+    outcome = await _cancel_while_running(
+        lambda: query_source(cfg, MARIADB_SLOW, timeout_s=600), lambda: _mariadb_slow_queries(running_for_ms=200) > 0
+    )
     assert outcome == "cancelled"
-    assert _mariadb_slow_queries_left() == 0  # not left scanning on the server
+    await eventually(lambda: _mariadb_slow_queries() == 0, 10, "the query to end on the server", poll=0.1)
 
 
 async def test_a_mariadb_query_stopped_as_it_starts_does_not_run_on() -> None:
     cfg = DataSourceConfig(name="shop", url=MYSQL_URL, statement_timeout_s=600, allow_privileged=True)
     for _ in range(3):
         assert await _cancel_while_running(lambda: query_source(cfg, MARIADB_SLOW, timeout_s=600), at_once=True) == "cancelled"
-    await eventually(lambda: _mariadb_slow_queries_left() == 0, 10, "no stopped query left running", poll=0.1)
+    await eventually(lambda: _mariadb_slow_queries() == 0, 10, "no stopped query left running", poll=0.1)
