@@ -18,12 +18,10 @@ workspace token.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
@@ -122,8 +120,10 @@ class SlackAdapter:
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=3))
         self.responder = SlackResponder(self.client, tokens)
         self._verifier = SignatureVerifier(signing_secret) if config.signing_secret else None
-        self.bolt.event("app_mention")(self._on_message)
-        self.bolt.event("message")(self._on_message)
+        # One listener for both kinds of message: bolt builds every argument a listener could
+        # take each time it tries a listener's matcher, and a `message` event no longer waits
+        # for the `app_mention` matcher to fail first.
+        self.bolt.event(re.compile("^(app_mention|message)$"))(self._on_message)
         # Slack's native Stop on an agent session: the thread's turn ends (through the inbox).
         self.bolt.event("agent_session_stopped")(self._on_stop)
         # The app's messages tab / AI container opened: suggest what to ask.
@@ -224,14 +224,20 @@ class SlackAdapter:
         raw = await request.read()
         try:
             text = self._verified_body(request, raw)
-            check_envelope(_parse_body(text, request.headers.get("Content-Type")))
+            # Bolt parses the body (JSON, or a form with a JSON `payload`) as it builds the
+            # request: its parse is the one checked, once.
             bolt_request = AsyncBoltRequest(
                 body=text, query=request.query_string, headers=dict(request.headers.items())
             )
+            if not isinstance(bolt_request.body, dict):
+                raise _Rejected(400, "body is not a JSON object")
+            check_envelope(bolt_request.body)
         except _Rejected as exc:
             return _reject(exc.status, exc.reason)
         except MalformedEvent as exc:
             return _reject(400, str(exc))
+        except (ValueError, RecursionError):
+            return _reject(400, "body is not valid JSON")
         except Exception as exc:  # bolt could not build a request from the body
             return _reject(400, f"unreadable payload ({type(exc).__name__})")
         bolt_response = await self.bolt.async_dispatch(bolt_request)
@@ -443,24 +449,6 @@ def bolt_logger() -> logging.Logger:
     logger = logging.getLogger(f"{__name__}.bolt")
     logger.setLevel(max(logging.WARNING, logging.getLogger().level))
     return logger
-
-
-def _parse_body(text: str, content_type: str | None) -> dict[str, Any]:
-    """The body parsed as bolt parses it (JSON, or a form with a JSON `payload` field);
-    raises _Rejected(400) where bolt would fail."""
-    try:
-        if (content_type or "").split(";")[0] == "application/json" or text.startswith("{"):
-            value = json.loads(text)
-        elif "payload" in text:
-            payload = dict(parse_qsl(text, keep_blank_values=True)).get("payload")
-            value = {} if payload is None else json.loads(payload)
-        else:
-            value = dict(parse_qsl(text, keep_blank_values=True))
-    except (ValueError, RecursionError):
-        raise _Rejected(400, "body is not valid JSON") from None
-    if not isinstance(value, dict):
-        raise _Rejected(400, "body is not a JSON object")
-    return value
 
 
 def _reject(status: int, reason: str) -> web.Response:

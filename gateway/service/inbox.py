@@ -127,8 +127,10 @@ class SQLiteInboxWriter:
     async def insert(self, row: dict[str, object], if_thread_live: bool = False) -> AcceptOutcome:
         """Insert `row` and commit (with `if_thread_live`, only if its thread is a live one)."""
         params: dict[str, Any] = {c: row[c] for c in self._COLUMNS}
-        for column in ("available_at", "created_at", "updated_at"):
-            params[column] = self._time(params[column])
+        times = ("available_at", "created_at", "updated_at")
+        as_text = {moment: self._time(moment) for moment in {params[column] for column in times}}  # one instant, mostly
+        for column in times:
+            params[column] = as_text[params[column]]
         insert = (params, if_thread_live)
         if not self._waiting and self._begin():  # nobody queued ahead of it, and the lock is free
             return self._insert_and_commit([insert])[0]

@@ -13,6 +13,7 @@ same for every replica on one database (its HELP says so; take the max, not the 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 
@@ -122,7 +123,20 @@ class HttpMetrics(AbstractAccessLogger):
     def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
         route, platform = request.get(_LABELS) or ("unmatched", None)
         method = request.method if request.method in _METHODS else "other"  # bounded labels
-        HTTP_REQUESTS.labels(method, route, str(response.status)).inc()
-        HTTP_DURATION.labels(method, route).observe(time)
+        requests, duration = _http_series(method, route, response.status)
+        requests.inc()
+        duration.observe(time)
         if platform is not None:
-            ACK_LATENCY.labels(platform).observe(time)
+            _ack_series(platform).observe(time)
+
+
+# A series is looked up once per label values, not per request: `labels()` takes a lock and
+# checks its arguments every time. The label values are bounded (methods, routes, statuses).
+@functools.cache
+def _http_series(method: str, route: str, status: int) -> tuple[Counter, Histogram]:
+    return HTTP_REQUESTS.labels(method, route, str(status)), HTTP_DURATION.labels(method, route)
+
+
+@functools.cache
+def _ack_series(platform: str) -> Histogram:
+    return ACK_LATENCY.labels(platform)
