@@ -275,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     # a short command's run time. So this module imports nothing heavy before this line, and
     # commands turn the collector back on once they are built (see `gateway.cli.tool_run`).
     gc.disable()
+    # pydantic reads every installed distribution's metadata for plugins as it builds its
+    # first model: a tenth of a short command's run. The service uses no pydantic plugin
+    # (set the variable empty to have pydantic look for them anyway).
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from gateway.cli.startup_checks import StartupError
     from gateway.config import ConfigError
 
