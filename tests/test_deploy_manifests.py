@@ -49,11 +49,16 @@ def _first_string(call: ast.Call) -> str | None:
 
 
 def listened_events() -> set[str]:
-    """Event types the Slack adapter registers bolt listeners for (`app.event("…")`)."""
+    """Event types the Slack adapter registers bolt listeners for: `app.event("…")`, and
+    `app.event(re.compile("^(a|b)$"))` for several named types (not the catch-all)."""
     found: set[str] = set()
     for call in _calls():
         if _attribute(call) == "event" and (name := _first_string(call)) is not None:
             found.add(name)
+        if _attribute(call) == "event":
+            patterns = [_first_string(arg) for arg in call.args if isinstance(arg, ast.Call) and _attribute(arg) == "compile"]
+            for named in (re.fullmatch(r"\^\(([\w|]+)\)\$", pattern or "") for pattern in patterns):
+                found.update(named.group(1).split("|") if named else ())
         if _attribute(call) == "enable_token_revocation_listeners":
             found.update({"tokens_revoked", "app_uninstalled"})  # bolt's two listeners
     return found
