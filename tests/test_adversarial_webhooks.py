@@ -164,6 +164,21 @@ async def test_signed_malformed_slack_bodies_get_400_and_one_warning(slack_gatew
         await _assert_refused(gw, caplog, case, status, 400)
 
 
+async def test_signed_slack_bodies_that_are_no_json_object_are_named_so_in_the_warning(slack_gateway, caplog) -> None:
+    gw = slack_gateway
+    cases = [
+        (b"[1, 2]", "body is not a JSON object"),
+        (b'"just text"', "body is not a JSON object"),
+        (b"7", "body is not a JSON object"),
+        (b'{"type": "event_callback", "event"', "body is not valid JSON"),
+    ]
+    for body, reason in cases:
+        status = await _post_slack(gw, body, {**JSON, **sign(body, SIGNING_SECRET)})
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert (status, warnings) == (400, [f"slack events: rejected with 400: {reason}"]), body
+        caplog.clear()
+
+
 def _buttons(action_id: str, value: str) -> dict[str, Any]:
     """A bot message with one button, as the click's payload quotes it."""
     button = {"type": "button", "action_id": action_id, "value": value, "text": {"type": "plain_text", "text": "x"}}

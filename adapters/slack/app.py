@@ -224,22 +224,12 @@ class SlackAdapter:
         raw = await request.read()
         try:
             text = self._verified_body(request, raw)
-            # Bolt parses the body (JSON, or a form with a JSON `payload`) as it builds the
-            # request: its parse is the one checked, once.
-            bolt_request = AsyncBoltRequest(
-                body=text, query=request.query_string, headers=dict(request.headers.items())
-            )
-            if not isinstance(bolt_request.body, dict):
-                raise _Rejected(400, "body is not a JSON object")
+            bolt_request = _bolt_request(request, text)
             check_envelope(bolt_request.body)
         except _Rejected as exc:
             return _reject(exc.status, exc.reason)
         except MalformedEvent as exc:
             return _reject(400, str(exc))
-        except (ValueError, RecursionError):
-            return _reject(400, "body is not valid JSON")
-        except Exception as exc:  # bolt could not build a request from the body
-            return _reject(400, f"unreadable payload ({type(exc).__name__})")
         bolt_response = await self.bolt.async_dispatch(bolt_request)
         return await to_aiohttp_response(bolt_response)
 
@@ -449,6 +439,22 @@ def bolt_logger() -> logging.Logger:
     logger = logging.getLogger(f"{__name__}.bolt")
     logger.setLevel(max(logging.WARNING, logging.getLogger().level))
     return logger
+
+
+def _bolt_request(request: web.Request, text: str) -> AsyncBoltRequest:
+    """Bolt's request for a verified body. Bolt parses the body (JSON, or a form with a JSON
+    `payload`) and reads its ids as it builds the request: its parse is the one checked, once,
+    and a body it cannot take is a _Rejected(400)."""
+    try:
+        bolt_request = AsyncBoltRequest(body=text, query=request.query_string, headers=dict(request.headers.items()))
+    except (ValueError, RecursionError):
+        raise _Rejected(400, "body is not valid JSON") from None
+    except Exception as exc:  # bolt read ids out of a list, a string, a number …
+        an_object = text.lstrip().startswith(("{", "payload="))
+        raise _Rejected(400, f"unreadable payload ({type(exc).__name__})" if an_object else "body is not a JSON object") from None
+    if not isinstance(bolt_request.body, dict):
+        raise _Rejected(400, "body is not a JSON object")
+    return bolt_request
 
 
 def _reject(status: int, reason: str) -> web.Response:
