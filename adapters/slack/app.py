@@ -230,6 +230,8 @@ class SlackAdapter:
             return _reject(exc.status, exc.reason)
         except MalformedEvent as exc:
             return _reject(400, str(exc))
+        except Exception as exc:  # a shape no check foresaw: still the sender's fault, not a 500
+            return _reject(400, f"unreadable payload ({type(exc).__name__})")
         bolt_response = await self.bolt.async_dispatch(bolt_request)
         return await to_aiohttp_response(bolt_response)
 
