@@ -219,6 +219,21 @@ async def test_valid_slack_event_is_still_accepted(slack_gateway, caplog) -> Non
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+
+async def test_each_slack_delivery_is_logged_once_with_what_became_of_it(slack_gateway, caplog) -> None:
+    """The line is written after the 200 is (so Slack's wait does not include it): it must
+    still come, once per delivery, by the time the sender has its answer."""
+    gw = slack_gateway
+    body = encode(app_mention("<@UBOT> GMV?", "U1", "C1", ts="1700000003.000100", event_id="EvLogged"))
+    headers = {**JSON, **sign(body, SIGNING_SECRET)}
+    assert await _post_slack(gw, body, headers) == 200
+    assert await _post_slack(gw, body, {**headers, "X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"}) == 200
+    thread = "slack:T1:C1:1700000003.000100"
+    assert [r.getMessage() for r in caplog.records if r.name == "adapters.slack.app"] == [
+        f"slack event EvLogged accepted (thread {thread})",
+        f"slack event EvLogged duplicate (thread {thread})",
+    ]
+
 async def test_a_malformed_request_line_gets_400_and_is_counted_as_unmatched(slack_gateway, caplog) -> None:
     gw = slack_gateway
     reader, writer = await asyncio.open_connection(gw.server.host, gw.server.port)
