@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import BigInteger, Column, Integer, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Index, Integer, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 from agent_core.messages import utcnow
@@ -21,6 +21,11 @@ class EventStatus(StrEnum):
     FAILED = "failed"
 
 
+# An event not answered yet, as SQL: spelled out (not bound) wherever a query is to use the
+# partial index of open events, since a planner can match only a literal to its predicate.
+OPEN_SQL = "status IN ('pending', 'processing')"
+
+
 class InboundEventRow(SQLModel, table=True):
     """An accepted user message, committed before the platform gets its acknowledgement.
 
@@ -29,6 +34,10 @@ class InboundEventRow(SQLModel, table=True):
     """
 
     __tablename__ = "inbound_events"
+    # The open events in id order, and only those: what a look for work reads (migration 0011).
+    __table_args__ = (
+        Index("ix_inbound_events_open", "id", sqlite_where=text(OPEN_SQL), postgresql_where=text(OPEN_SQL)),
+    )
 
     id: int | None = Field(
         default=None,
@@ -39,7 +48,7 @@ class InboundEventRow(SQLModel, table=True):
     dedupe_key: str = Field(unique=True, max_length=512)
     thread_key: str = Field(index=True, max_length=512)
     payload: str = Field(sa_column=Column(Text, nullable=False))
-    status: str = Field(default=EventStatus.PENDING, index=True, max_length=16)
+    status: str = Field(default=EventStatus.PENDING, max_length=16)
     attempts: int = 0
     error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     available_at: datetime = Field(default_factory=utcnow, sa_column=utc_column())  # retry backoff

@@ -19,7 +19,7 @@ from agent_core.messages import (
 from agent_core.store.db import session_factory
 from agent_core.store.threads import ThreadStore
 from gateway.migrate import upgrade
-from gateway.service.inbox import Inbox
+from gateway.service.inbox import CLAIM_WINDOW, Inbox
 from gateway.service.outbound import OutboundLedger
 from gateway.tables import EventStatus
 from tests.waiting import eventually
@@ -50,6 +50,26 @@ async def test_accept_dedupes_event_and_message(inbox) -> None:
     assert sorted(results) == sorted([AcceptOutcome.ACCEPTED] + [AcceptOutcome.DUPLICATE] * 3)
     assert await inbox.threads_with_work() == [str(KEY)]
 
+
+
+async def test_work_is_offered_longest_waiting_first_past_a_backlog_of_held_threads(inbox) -> None:
+    """Threads that someone holds may fill many of the oldest open events: the look for work
+    reads on past them, and never offers a thread whose oldest event waits for its retry."""
+    busy = [inbound(f"Busy{n}", f"200.{n}", root="busy") for n in range(CLAIM_WINDOW * 2 + 5)]
+    for msg in busy:
+        await inbox.accept(msg)
+    await inbox.accept(inbound("Retry", "300.1", root="retrying"))
+    await inbox.accept(inbound("Retry2", "300.2", root="retrying"))
+    await inbox.accept(inbound("Late1", "400.1", root="late1"))
+    await inbox.accept(inbound("Late2", "400.2", root="late2"))
+    retrying = await inbox.next_event("slack:T1:C1:retrying")
+    assert retrying is not None
+    await inbox.retry_later(retrying.id, 30, "boom")
+    assert await inbox.threads_with_work() == ["slack:T1:C1:busy", "slack:T1:C1:late1", "slack:T1:C1:late2"]
+    assert await inbox.acquire_lease("slack:T1:C1:busy", "worker", seconds=30)
+    assert await inbox.threads_with_work() == ["slack:T1:C1:late1", "slack:T1:C1:late2"]
+    assert await inbox.threads_with_work(limit=1) == ["slack:T1:C1:late1"]
+    assert await inbox.open_events() == len(busy) + 4
 
 async def test_lease_is_exclusive_until_it_expires(inbox) -> None:
     assert await inbox.acquire_lease("k", "a", seconds=30)
