@@ -26,6 +26,8 @@ Modes:
 - `--sustained`: first finds how many messages/s the workers can answer, then offers that
   (a backlog that stays flat), printing the backlog after each round and the answer latency;
 - `--curve 200,500,1000,2000`: one round a side per rate, p50/p99/errors/timeouts per rate.
+`--durability flush` acknowledges each delivery only once the database has flushed it to disk
+(BA_INBOX_DURABILITY; the default, commit, once it is committed).
 `--database-url postgresql://postgres@127.0.0.1:5432/test` runs the gateway on PostgreSQL (a
 fresh schema, dropped afterwards; default SQLite in a temp dir); `--replicas 2` runs two
 gateways on that one database behind a round-robin balancer (and two floors likewise). At
@@ -248,6 +250,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--database-url", help="PostgreSQL server for the gateway, e.g. "
                         "postgresql://postgres@127.0.0.1:5432/test (default: SQLite in a temp dir)")
     parser.add_argument("--replicas", type=int, default=1, help="gateways sharing the database (PostgreSQL)")
+    parser.add_argument("--durability", choices=("commit", "flush"), default="commit",
+                        help="BA_INBOX_DURABILITY: flush makes each acknowledgement wait for the disk")
     parser.add_argument("--workers", type=int, default=1, help="BA_WORKER_PROCESSES per gateway")
     parser.add_argument("--turns", type=int, default=8, help="BA_MAX_CONCURRENT_TURNS per worker")
     parser.add_argument("--answer-seconds", type=float, default=2.0, help="how long the fake model streams an answer")
@@ -278,7 +282,8 @@ def main() -> None:
               if args.database_url else GatewayDatabase.sqlite(Path(tmp)))
         try:
             db.prepare()
-            env = gateway_env(db.url, Path(tmp) / "data", slack_url, model_url, args.workers, args.turns)
+            env = gateway_env(db.url, Path(tmp) / "data", slack_url, model_url, args.workers, args.turns,
+                              args.durability)
             log = open(Path(tmp) / "gateway.log", "wb")  # closed with the directory
             floors = [start_floor(slack_url) for _ in range(args.replicas)]
             gateways = [start_gateway(env, Path(tmp), log) for _ in range(args.replicas)]
@@ -295,7 +300,8 @@ def main() -> None:
                            [p.pid for p, _ in gateways])
             for side in (floor, gateway):  # bolt's auth.test, connection pools, database pages
                 side.send(realistic_mix(100, f"warm{side.name}"), 50, args.timeout)
-            print(f"database {'PostgreSQL' if db.schema else 'SQLite'}, {args.replicas} replica(s), "
+            print(f"database {'PostgreSQL' if db.schema else 'SQLite'} (acknowledged on {args.durability}), "
+                  f"{args.replicas} replica(s), "
                   f"{args.workers} worker process(es) x {args.turns} turns, {os.cpu_count()} CPUs, {load()}", flush=True)
             ratios: list[float] = []
             make_workers_busy(gateway, db, args)

@@ -128,7 +128,8 @@ def start_gateway(env: dict[str, str], cwd: Path, log: IO[bytes]) -> tuple[subpr
     return proc, port
 
 
-def gateway_env(database_url: str, data_dir: Path, slack_url: str, model_url: str, workers: int, turns: int) -> dict[str, str]:
+def gateway_env(database_url: str, data_dir: Path, slack_url: str, model_url: str, workers: int, turns: int,
+                durability: str = "commit") -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BA_", "SLACK_", "ANTHROPIC_", "DATABASE_URL"))}
     env.update(
         DATABASE_URL=database_url,
@@ -140,6 +141,7 @@ def gateway_env(database_url: str, data_dir: Path, slack_url: str, model_url: st
         ANTHROPIC_BASE_URL=model_url,
         BA_WORKER_PROCESSES=str(workers),
         BA_MAX_CONCURRENT_TURNS=str(turns),
+        BA_INBOX_DURABILITY=durability,
     )
     return env
 

@@ -14,8 +14,10 @@ from adapters.base import AcceptOutcome
 from agent_core.messages import InboundMessage, ThreadKey
 from agent_core.store.db import session_factory
 from agent_core.store.threads import ThreadStore
+from gateway.config import load_settings
 from gateway.service.inbox import Inbox
 from gateway.service.inbox_postgres import listener_name
+from gateway.service.runtime import open_stores
 from tests.waiting import scaled
 
 only_postgres = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
@@ -108,6 +110,29 @@ async def test_a_thread_reply_is_stored_only_while_its_thread_is_live(inbox: Inb
     later = await inbox.accept(reply("EvR3", "1700000001.000300", live), if_thread_live=True)
     assert later is AcceptOutcome.NOT_IN_LIVE_THREAD
     assert await inbox.open_events() == 3
+
+
+@only_postgres
+async def test_with_durability_flush_an_accept_returns_once_its_event_is_on_disk(database_url: str, tmp_path) -> None:
+    # BA_INBOX_DURABILITY=flush: an acknowledged event must survive a power loss too, so each
+    # accept returns only once the server has flushed its log past the event's commit (by
+    # default the log writer flushes within a fraction of a second, after the accept).
+    settings = load_settings(platforms=(), _env_file=None, DATABASE_URL=database_url, BA_DATA_DIR=str(tmp_path),
+                             BA_INBOX_DURABILITY="flush")
+    stores = open_stores(settings)
+    await stores.inbox.open()
+    try:
+        with psycopg.connect(database_url.split("?")[0], autocommit=True) as observer:
+            for i in range(20):  # more than another session's flushes could cover by chance
+                [[logged_before]] = observer.execute("SELECT pg_current_wal_insert_lsn()").fetchall()
+                assert await stores.inbox.accept(delivery(f"Ev{i}", f"17000000{i:02d}.000100")) is AcceptOutcome.ACCEPTED
+                [[on_disk]] = observer.execute(
+                    "SELECT pg_wal_lsn_diff(pg_current_wal_flush_lsn(), %s::pg_lsn)", (logged_before,)
+                ).fetchall()
+                assert on_disk > 0
+    finally:
+        await stores.inbox.close()
+        await stores.engine.dispose()
 
 
 @pytest.fixture

@@ -50,7 +50,8 @@ def sqlite_pragmas(dbapi_connection, _record) -> None:  # DBAPI callback
     cursor = dbapi_connection.cursor()
     # WAL with synchronous=NORMAL: a commit is in the WAL file before we acknowledge, so it
     # survives a crash of this process; only a power loss can take the last commits with it
-    # (run PostgreSQL where that matters). busy_timeout covers other processes (the CLI).
+    # (BA_INBOX_DURABILITY=flush syncs the inbox's commits). busy_timeout covers other
+    # processes (the CLI).
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA busy_timeout=10000")

@@ -5,7 +5,10 @@ whatever arrives while a batch is on its way to the server goes into the next on
 single multi-row INSERT … ON CONFLICT DO NOTHING (a prepared statement taking one array per
 column, so every batch size shares it) in autocommit: one round trip and one commit for the
 whole batch. A lone event is sent at once, so a quiet service adds no batching delay (and its
-INSERT takes scalars: cheaper to send and to plan than arrays of one).
+INSERT takes scalars: cheaper to send and to plan than arrays of one). Unless the service is
+to flush before it acknowledges (`BA_INBOX_DURABILITY=flush`), these connections commit with
+synchronous_commit off: a commit returns once its WAL is in the server's buffers, not on disk
+(see `Inbox`).
 
 Once a batch that stored anything is committed (and its callers answered), `CHANNEL` is
 notified in a statement of its own. Not in the batch's transaction: a transaction that
@@ -104,6 +107,11 @@ _NOTIFY_SQL = f"SELECT pg_notify('{CHANNEL}', current_schema())"
 LIVE_THREAD_SQL = f"SELECT 1 FROM {ThreadRow.__tablename__} WHERE key = %s AND archived_at IS NULL LIMIT 1"
 
 
+async def _commit_without_flush(conn: AsyncConnection[Any]) -> None:
+    """Set up an accept connection whose commits return before their WAL is on disk."""
+    await conn.execute("SET synchronous_commit = off")
+
+
 def conninfo_of(url: URL) -> str:
     """libpq connection string for an SQLAlchemy URL, its query (`options`, `sslmode`, …) kept.
 
@@ -129,10 +137,10 @@ class PostgresInboxWriter:
     platform's client gave up) does not take its row out: it is committed all the same, so
     the platform's retry is a duplicate, not a second answer.
 
-    Each commit waits for its WAL flush (an fsync; under the busy ingest bench that is what
-    the INSERT waits on nearly every time it is seen waiting: bench/accept_wait.py), and
-    flushes run one after another: more batches in flight only split the same events into
-    more, smaller commits (four measured slower than two there).
+    With `flush_before_ack` each commit waits for its WAL flush (an fsync: under the busy
+    ingest bench what the INSERT waits on nearly every time it is seen waiting,
+    bench/accept_wait.py), and flushes run one after another: more batches in flight only
+    split the same events into more, smaller commits (four measured slower than two there).
     """
 
     BATCHES_IN_FLIGHT = 2
@@ -140,16 +148,16 @@ class PostgresInboxWriter:
     NOTIFIERS = 1
     MAX_BATCH = 500
 
-    def __init__(self, conninfo: str) -> None:
+    def __init__(self, conninfo: str, flush_before_ack: bool = False) -> None:
         from psycopg_pool import AsyncConnectionPool
 
-        def pool(size: int, name: str) -> AsyncConnectionPool:
+        def pool(size: int, name: str, configure: Any = None) -> AsyncConnectionPool:
             return AsyncConnectionPool(
-                conninfo, min_size=size, max_size=size, open=False,
+                conninfo, min_size=size, max_size=size, open=False, configure=configure,
                 kwargs={"autocommit": True, "prepare_threshold": 0}, name=name,
             )  # fmt: skip
 
-        self._batches = pool(self.BATCHES_IN_FLIGHT, "inbox-accept")
+        self._batches = pool(self.BATCHES_IN_FLIGHT, "inbox-accept", None if flush_before_ack else _commit_without_flush)
         self._lookups = pool(self.LOOKUPS_IN_FLIGHT + self.NOTIFIERS, "inbox-lookup")
         self._queue: list[tuple[dict[str, object], asyncio.Future[AcceptOutcome]]] = []
         self._queued = asyncio.Event()

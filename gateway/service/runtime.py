@@ -76,7 +76,8 @@ def open_stores(settings: Settings) -> Stores:
     engine = create_engine(settings.effective_database_url)
     sessions = session_factory(engine)
     return Stores(
-        settings, engine, sessions, ThreadStore(sessions), Inbox(engine), OutboundLedger(engine),
+        settings, engine, sessions, ThreadStore(sessions),
+        Inbox(engine, flush_before_ack=settings.inbox_durability == "flush"), OutboundLedger(engine),
         ScheduleStore(sessions), ApprovalStore(sessions), MonitorStore(sessions, settings.monitors),
     )  # fmt: skip
 
