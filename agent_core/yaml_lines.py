@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
+if TYPE_CHECKING:
+    import yaml
 
 # Where a value sits in the file: its keys and list indexes from the top.
 Where = tuple[str | int, ...]
@@ -49,6 +50,8 @@ class LinedYaml:
 
 def read_lined_yaml(path: Path, error: type[YamlFileError]) -> LinedYaml:
     """The YAML in ``path`` with its lines; raises ``error`` when it cannot be read or parsed."""
+    import yaml  # here: commands that read no operator file start without it
+
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -78,6 +81,8 @@ def line_of(lines: Mapping[Where, int], where: Where) -> int | None:
 
 def _plain(node: yaml.Node, where: Where, lines: dict[Where, int], problems: Problems) -> Any:
     """The data of ``node``; ``lines`` gets the line of every key and list item under it."""
+    import yaml
+
     lines.setdefault(where, node.start_mark.line + 1)
     if isinstance(node, yaml.ScalarNode):
         return None if node.tag == _NULL_TAG else node.value

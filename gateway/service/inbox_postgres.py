@@ -158,7 +158,9 @@ class PostgresInboxWriter:
             )  # fmt: skip
 
         self._batches = pool(self.BATCHES_IN_FLIGHT, "inbox-accept", None if flush_before_ack else _commit_without_flush)
-        self._lookups = pool(self.LOOKUPS_IN_FLIGHT + self.NOTIFIERS, "inbox-lookup")
+        # A notification need not outlive a crash (a listener that missed it polls): the
+        # notifying transaction does not wait for the disk either way.
+        self._lookups = pool(self.LOOKUPS_IN_FLIGHT + self.NOTIFIERS, "inbox-lookup", _commit_without_flush)
         self._queue: list[tuple[dict[str, object], asyncio.Future[AcceptOutcome]]] = []
         self._queued = asyncio.Event()
         self._flushers: list[asyncio.Task[None]] = []
