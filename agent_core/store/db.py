@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from contextlib import closing, suppress
 from functools import partial
 from pathlib import Path
@@ -15,10 +16,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-# The WAL is reset once this much has been written to it since the last reset, and its file
-# is cut back to this size when it is (`journal_size_limit`): a bounded file whose space
-# writers reuse instead of growing it again after every reset.
+# The WAL is reset once this much has been written to it since the last reset. Its file is
+# cut back to twice this when a writer resets it (`journal_size_limit`): a bounded file whose
+# space writers reuse, and which a reset at the usual size does not truncate.
 WAL_RESET_BYTES = 64 * 1024**2
+# A WAL past the reset size is checkpointed again, up to this many times this far apart, for a
+# writer to find it wholly copied and reset it (see `sqlite_checkpointer`).
+RESET_TRIES = 20
+RESET_PAUSE_S = 0.002
 # How long a RESTART checkpoint, holding the write lock, waits for readers to move on. SQLite's
 # busy handler sleeps in growing steps, so 10 ms means at most three short sleeps.
 RESET_BUSY_S = 0.01
@@ -58,7 +63,7 @@ def sqlite_pragmas(dbapi_connection, _record) -> None:  # DBAPI callback
     # Checkpoints fsync the database: `sqlite_checkpointer` runs them off the event loop
     # instead of inside whichever commit crosses the threshold.
     cursor.execute("PRAGMA wal_autocheckpoint=0")
-    cursor.execute(f"PRAGMA journal_size_limit={WAL_RESET_BYTES}")
+    cursor.execute(f"PRAGMA journal_size_limit={2 * WAL_RESET_BYTES}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 
@@ -146,11 +151,14 @@ async def sqlite_checkpointer(
 
     A PASSIVE checkpoint takes no lock a writer needs: it copies and fsyncs while commits go
     on. It leaves the WAL to be reset (written again from its start) by the first writer
-    that finds it wholly copied, which under steady writes never happens (a commit always
-    lands while the checkpoint fsyncs), so a WAL past `reset_bytes` gets a RESTART: that
-    one holds the write lock while it copies the last few frames and waits for readers, every
-    commit waiting behind it, so it waits for readers at most `RESET_BUSY_S` and comes only
-    once per `reset_bytes` written. Runs until cancelled.
+    that finds it wholly copied, which a long checkpoint never lets happen (a commit lands
+    while it fsyncs). So a WAL past `reset_bytes` is checkpointed again in quick succession:
+    each of these copies only the last few commits, and one finishing between two commits
+    lets the next writer reset the WAL. Only a WAL still growing past twice `reset_bytes`
+    (writes without a gap) gets a RESTART, which holds the write lock while it copies the
+    last frames and fsyncs the database, every commit waiting behind it: on a disk whose
+    fsync stalls, a RESTART every `reset_bytes` held accepts for 100-600 ms several times a
+    minute (bench/accept_wait.py). Runs until cancelled.
     """
     database = engine.url.database
     if engine.dialect.name != "sqlite" or not database or database == ":memory:":
@@ -158,9 +166,13 @@ async def sqlite_checkpointer(
 
     def checkpoint() -> None:
         with closing(sqlite3.connect(database, timeout=RESET_BUSY_S)) as conn:
-            _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-            if frames * page_size >= reset_bytes:
+            for _ in range(RESET_TRIES):
+                _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                if frames * page_size < reset_bytes:  # small, or reset since the last look
+                    return
+                time.sleep(RESET_PAUSE_S)  # a writer's turn to find it wholly copied
+            if frames * page_size >= 2 * reset_bytes:
                 conn.execute("PRAGMA wal_checkpoint(RESTART)")
 
     while True:
