@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 from contextlib import closing, suppress
@@ -16,13 +17,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+log = logging.getLogger(__name__)
+
 # The WAL is reset once this much has been written to it since the last reset. Its file is
 # cut back to twice this when a writer resets it (`journal_size_limit`): a bounded file whose
 # space writers reuse, and which a reset at the usual size does not truncate.
 WAL_RESET_BYTES = 64 * 1024**2
 # A WAL past the reset size is checkpointed again, up to this many times this far apart, for a
 # writer to find it wholly copied and reset it (see `sqlite_checkpointer`).
-RESET_TRIES = 20
+RESET_TRIES = 50
 RESET_PAUSE_S = 0.002
 # How long a RESTART checkpoint, holding the write lock, waits for readers to move on. SQLite's
 # busy handler sleeps in growing steps, so 10 ms means at most three short sleeps.
@@ -169,11 +172,17 @@ async def sqlite_checkpointer(
             page_size = conn.execute("PRAGMA page_size").fetchone()[0]
             for _ in range(RESET_TRIES):
                 _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                if frames * page_size < reset_bytes:  # small, or reset since the last look
+                size = frames * page_size
+                if size < reset_bytes:  # small, or reset since the last look
                     return
+                if size >= 2 * reset_bytes:
+                    break
                 time.sleep(RESET_PAUSE_S)  # a writer's turn to find it wholly copied
-            if frames * page_size >= 2 * reset_bytes:
-                conn.execute("PRAGMA wal_checkpoint(RESTART)")
+            else:
+                return  # the next round tries again
+            log.info("SQLite WAL at %d MB with no pause in the writes to reset it: writers wait "
+                     "for a RESTART checkpoint", size // 1024**2)
+            conn.execute("PRAGMA wal_checkpoint(RESTART)")
 
     while True:
         await asyncio.sleep(interval_s)
