@@ -185,6 +185,49 @@ async def test_rows_from_a_newer_schema_are_refused(engine) -> None:
         raise AssertionError("a newer schema must not be read silently")
 
 
+async def test_no_garbage_collection_runs_while_a_process_holds_the_sqlite_write_lock(tmp_path) -> None:
+    # Every other process's writes (serve's acknowledgements) wait for the lock a transaction
+    # holds: a collection inside one would make them wait for its whole length.
+    import gc
+
+    from sqlalchemy import text
+
+    from agent_core.store.db import create_engine
+
+    url = f"sqlite:///{tmp_path / 'gc.db'}"
+    upgrade(url)
+    engine = create_engine(url)
+    in_transaction = False
+    started: list[bool] = []
+
+    def record(phase: str, _info: dict) -> None:
+        if phase == "start":
+            started.append(in_transaction)
+
+    def cyclic_garbage() -> None:
+        for _ in range(20_000):  # well past the collector's thresholds
+            cycle: list = []
+            cycle.append(cycle)
+
+    gc.callbacks.append(record)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text("UPDATE alembic_version SET version_num = version_num"))
+            in_transaction = True
+            cyclic_garbage()
+            in_transaction = False
+        cyclic_garbage()
+        assert started and not any(started)  # collections ran, none inside the transaction
+        gc.disable()  # a command that turned the collector off keeps it off
+        async with engine.begin() as conn:
+            await conn.execute(text("UPDATE alembic_version SET version_num = version_num"))
+        assert not gc.isenabled()
+    finally:
+        gc.callbacks.remove(record)
+        gc.enable()
+        await engine.dispose()
+
+
 async def test_sqlite_wal_is_checkpointed_in_the_background(tmp_path) -> None:
     import sqlite3
     from contextlib import closing
