@@ -188,6 +188,7 @@ async def test_rows_from_a_newer_schema_are_refused(engine) -> None:
 async def test_no_garbage_collection_runs_while_a_process_holds_the_sqlite_write_lock(tmp_path) -> None:
     # Every other process's writes (serve's acknowledgements) wait for the lock a transaction
     # holds: a collection inside one would make them wait for its whole length.
+    import contextlib
     import gc
 
     from sqlalchemy import text
@@ -209,6 +210,8 @@ async def test_no_garbage_collection_runs_while_a_process_holds_the_sqlite_write
             cycle: list = []
             cycle.append(cycle)
 
+    was_enabled = gc.isenabled()  # the CLI's in-process tests leave it off (`gateway.cli.main`)
+    gc.enable()
     gc.callbacks.append(record)
     try:
         async with engine.begin() as conn:
@@ -218,13 +221,19 @@ async def test_no_garbage_collection_runs_while_a_process_holds_the_sqlite_write
             in_transaction = False
         cyclic_garbage()
         assert started and not any(started)  # collections ran, none inside the transaction
+        with contextlib.suppress(RuntimeError):
+            async with engine.begin() as conn:
+                await conn.execute(text("UPDATE alembic_version SET version_num = version_num"))
+                raise RuntimeError("a failed turn")
+        assert gc.isenabled()  # rolled back: the collector is back on
         gc.disable()  # a command that turned the collector off keeps it off
         async with engine.begin() as conn:
             await conn.execute(text("UPDATE alembic_version SET version_num = version_num"))
         assert not gc.isenabled()
     finally:
         gc.callbacks.remove(record)
-        gc.enable()
+        if was_enabled:
+            gc.enable()
         await engine.dispose()
 
 

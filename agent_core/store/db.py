@@ -151,13 +151,16 @@ def hold_collector_in_transactions(engine: AsyncEngine) -> None:
             held["was_enabled"] = gc.isenabled()
             gc.disable()
 
-    def end(_conn: Any) -> None:
+    def end(*_args: Any) -> None:
         if held and held.pop("was_enabled"):
             gc.enable()
 
     event.listen(engine.sync_engine, "begin", begin)
     event.listen(engine.sync_engine, "commit", end)
     event.listen(engine.sync_engine, "rollback", end)
+    # A connection invalidated mid-transaction ends it without either: the collector is
+    # restored when the connection goes back to the pool at the latest.
+    event.listen(engine.sync_engine, "checkin", end)
 
 
 async def insert_rows(session: AsyncSession, *rows: SQLModel) -> None:
