@@ -1,6 +1,6 @@
 """Start-up cost of the commands people run, beside a floor measured in the same run.
 
-    .venv/bin/python bench/startup.py [--runs 5]
+    .venv/bin/python bench/startup.py [--runs 10]
 
 Prints the median (and min–max) wall time of:
 - the floor: `python -c "import duckdb, pydantic"` (what any data command must load anyway);
@@ -8,6 +8,9 @@ Prints the median (and min–max) wall time of:
 - `ba-agent skills list` (bundled skills and their load errors);
 - `ba-agent serve`: from spawn to `/readyz` answering 200, and to its worker process ready;
 and the idle resident memory (RSS) of serve and of its worker.
+A command's ratio to the floor is the median of each run's ratio to the floor measured just before
+it: on a machine whose speed drifts by half within a minute (a shared virtual machine), pairs
+measured together keep the drift out of the ratio.
 Targets (issues #12/#15/#30): tool run ≤ 3× the floor; skills list ≤ 1 s; serve ready ≤ 3 s; serve idle
 RSS ≤ 120 MB.
 Each run uses a fresh data directory, so the demo database is built as a new user's first
@@ -102,9 +105,15 @@ def summary(values: list[float], unit: str = "s") -> str:
     return f"{fmt.format(statistics.median(values))} {unit} (min {fmt.format(min(values))}, max {fmt.format(max(values))})"
 
 
+def ratio(times: list[float], floor: list[float]) -> str:
+    """The median of the runs' ratios to their own floor, with their min–max."""
+    ratios = [t / f for t, f in zip(times, floor, strict=True)]
+    return f"{statistics.median(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
     root = Path(__file__).resolve().parent.parent
     packages = [str(root / name) for name in ("agent_core", "gateway", "adapters", "skills")]
@@ -125,16 +134,15 @@ def main() -> None:
             workers.append(w)
             serve_rss.append(srss)
             worker_rss.append(wrss)
-    f = statistics.median(floor)
     print(f"runs: {args.runs}")
     print(f"floor  python -c 'import duckdb, pydantic'   {summary(floor)}")
     print(
         f"tool run sql_query                          {summary(sql_query)}  "
-        f"= {statistics.median(sql_query) / f:.1f}x floor (target <= 3x)"
+        f"= {ratio(sql_query, floor)} floor (target <= 3x)"
     )
     print(
         f"tool run list_tables                        {summary(list_tables)}  "
-        f"= {statistics.median(list_tables) / f:.1f}x floor"
+        f"= {ratio(list_tables, floor)} floor"
     )
     print(f"skills list                                 {summary(skills)}  (target <= 1 s)")
     print(f"serve: /readyz 200 after                    {summary(ready)}  (target <= 3 s)")
