@@ -93,6 +93,9 @@ def test_workers_stop_when_serve_is_killed(tmp_path: Path) -> None:
         wait_workers_ready(port)
         workers = children(serve.pid)
         assert workers and all(alive(pid) for pid in workers)
+        # Answering yields the CPU to acknowledging (README: Processes).
+        serve_nice = os.getpriority(os.PRIO_PROCESS, serve.pid)
+        assert all(os.getpriority(os.PRIO_PROCESS, pid) == serve_nice + 10 for pid in workers)
     finally:
         serve.kill()  # SIGKILL: serve cannot tell its workers anything
         serve.communicate()

@@ -103,6 +103,12 @@ def _worker(args: argparse.Namespace) -> int:
     if not args.supervised:  # serve checked the sources before starting its workers
         verify_start_up(settings)
     gc.enable()  # a long-running process (see main)
+    if args.supervised:
+        # Beside its serve on the same machine, an answer (seconds of a model's stream) can
+        # wait for the CPU; an acknowledgement cannot (the platform retries after 3 s). With
+        # workers 10 steps nicer, the scheduler runs serve first whenever both are ready:
+        # ingest bench, SQLite, 8 turns streaming: ack p99 4.8 -> 4.0 ms.
+        os.nice(10)
     # Supervised, the first worker checks the model for serve; on its own, each worker does.
     check_model = args.check_model or not args.supervised
     asyncio.run(run_worker(settings, supervised=args.supervised, check_model=check_model))
