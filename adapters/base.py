@@ -223,10 +223,12 @@ class ApprovalPrompts(Protocol):
     """Asks for an approval of a paused query and shows the decision. Without it, a query that
     needs one is not run, and the answer says approvals cannot be given on the platform."""
 
-    async def ask_approval(self, msg: InboundMessage, approval: ApprovalView) -> str | None:
+    async def ask_approval(self, msg: InboundMessage, approval: ApprovalView, *, resumed: bool = False) -> str | None:
         """Post in `msg`'s thread what the paused query would run (source, tables, estimate,
         the SQL collapsed) with Approve / Reject buttons whose clicks name `approval.id`;
-        returns the posted message's id, to update it with the decision."""
+        returns the posted message's id, to update it with the decision. `resumed`: an earlier
+        attempt may have posted it before it was cut short; that post is the request then,
+        not a second one."""
 
     async def show_decision(self, msg: InboundMessage, approval: ApprovalView) -> None:
         """Replace the buttons of the posted request with its outcome; best effort."""

@@ -81,9 +81,10 @@ class ConsoleResponder:
     async def clear_progress(self, msg: InboundMessage) -> None:
         self.answered(msg).set()
 
-    async def ask_approval(self, msg: InboundMessage, approval: ApprovalView) -> str | None:
+    async def ask_approval(self, msg: InboundMessage, approval: ApprovalView, *, resumed: bool = False) -> str | None:
         """Show the request and ask at once: the terminal's user is the asker, and the answer
-        is accepted like a click (the turn resumes after this one's event is done)."""
+        is accepted like a click (the turn resumes after this one's event is done). Resumed or
+        not: an earlier attempt's question left the terminal with its process."""
         request, language = approval.request, msg.language
         if request.estimated_rows is not None:
             estimate = t(language, "~{rows} rows", rows=f"{request.estimated_rows:,}")

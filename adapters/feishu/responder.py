@@ -425,9 +425,10 @@ class FeishuResponder:
     def mention(self, user: str) -> str:
         return f'<at user_id="{user}"></at> '
 
-    async def ask_approval(self, msg: InboundMessage, approval: ApprovalView) -> str | None:
+    async def ask_approval(self, msg: InboundMessage, approval: ApprovalView, *, resumed: bool = False) -> str | None:
         # A card whatever `cards_enabled` says: only a card carries buttons. Its clicks come
-        # back as card.action.trigger callbacks (`adapters.feishu.card_actions`).
+        # back as card.action.trigger callbacks (`adapters.feishu.card_actions`). Resumed or
+        # not, the same request uuid: Feishu answers a second send with the first message.
         card = approval_card(approval, msg.language)
         return await self._send(msg, "interactive", card, delivery_uuid(f"approval-{approval.id}", "card"))
 

@@ -247,10 +247,14 @@ class SlackResponder:
     def mention(self, user: str) -> str:
         return f"<@{user}> "
 
-    async def ask_approval(self, msg: InboundMessage, approval: ApprovalView) -> str | None:
+    async def ask_approval(self, msg: InboundMessage, approval: ApprovalView, *, resumed: bool = False) -> str | None:
         text, blocks = approval_blocks(approval, msg.language)
         metadata = {"event_type": APPROVAL_EVENT_TYPE, "event_payload": {"approval_id": approval.id}}
         stream = self._streams.pop((msg.channel, msg.reply_in_thread), None) if msg.reply_in_thread else None
+        if resumed and (earlier := await self._posted_approval(msg, approval.id)) is not None:
+            if stream is not None:  # this attempt's progress message: the request is above it
+                await stream.retire()
+            return earlier
         # The paused turn's progress message turns into the request.
         if stream is not None and (ts := await stream.become(text, blocks, metadata)) is not None:
             return ts
@@ -397,6 +401,28 @@ class SlackResponder:
     async def _posted(self, msg: InboundMessage, delivery_id: str) -> tuple[set[int], set[str]]:
         """Text parts of this delivery already in the conversation (found by their message
         metadata), and the names of the files shared there."""
+        found: set[int] = set()
+        shared: set[str] = set()
+        for message in await self._conversation(msg):
+            meta: dict[str, Any] = message.get("metadata") or {}
+            payload = meta.get("event_payload") or {}
+            if meta.get("event_type") == REPLY_EVENT_TYPE and payload.get("delivery_id") == delivery_id:
+                found.add(int(payload.get("part", 0)))
+            shared.update(str(f.get("name")) for f in message.get("files") or [])
+        return found, shared
+
+    async def _posted_approval(self, msg: InboundMessage, approval_id: str) -> str | None:
+        """The message asking for this approval, if it is in the conversation already."""
+        for message in await self._conversation(msg):
+            meta: dict[str, Any] = message.get("metadata") or {}
+            payload = meta.get("event_payload") or {}
+            if meta.get("event_type") == APPROVAL_EVENT_TYPE and payload.get("approval_id") == approval_id:
+                return str(message["ts"])
+        return None
+
+    async def _conversation(self, msg: InboundMessage) -> list[dict[str, Any]]:
+        """The messages answering `msg` could be among (its thread, or the channel after it),
+        with their metadata."""
         web = await self._web(msg.workspace)
         if msg.reply_in_thread:
             response = await web.conversations_replies(
@@ -409,16 +435,8 @@ class SlackResponder:
             response = await web.conversations_history(
                 channel=msg.channel, oldest=oldest, include_all_metadata=True, limit=200
             )
-        found: set[int] = set()
-        shared: set[str] = set()
         messages: list[dict[str, Any]] = response.get("messages", [])
-        for message in messages:
-            meta: dict[str, Any] = message.get("metadata") or {}
-            payload = meta.get("event_payload") or {}
-            if meta.get("event_type") == REPLY_EVENT_TYPE and payload.get("delivery_id") == delivery_id:
-                found.add(int(payload.get("part", 0)))
-            shared.update(str(f.get("name")) for f in message.get("files") or [])
-        return found, shared
+        return messages
 
     async def _retire_cut_streams(self, msg: InboundMessage) -> None:
         try:

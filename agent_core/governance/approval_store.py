@@ -59,12 +59,13 @@ class ApprovalStore:
 
     async def open(
         self, thread_id: str, origin: InboundMessage, request: ApprovalRequest, ttl: timedelta
-    ) -> StoredApproval:
-        """The approval of ``request``, created unless this paused call has one already."""
+    ) -> tuple[StoredApproval, bool]:
+        """The approval of ``request``, created unless this paused call has one already, and
+        whether this call created it."""
         key = approval_id(thread_id, request.tool_use_id)
         existing = await self.get(key)
         if existing is not None:
-            return existing
+            return existing, False
         now = utcnow()
         row = ApprovalRow(
             id=key,
@@ -78,15 +79,17 @@ class ApprovalStore:
             created_at=now,
             expires_at=now + ttl,
         )
+        created = True
         async with self._sessions() as session:
             session.add(row)
             try:
                 await session.commit()
             except IntegrityError:  # another worker opened it first: read theirs
                 await session.rollback()
+                created = False
         stored = await self.get(key)
         assert stored is not None
-        return stored
+        return stored, created
 
     async def get(self, key: str) -> StoredApproval | None:
         async with self._sessions() as session:

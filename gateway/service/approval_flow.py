@@ -39,9 +39,11 @@ class ApprovalFlow:
 
     async def ask(self, thread_id: str, msg: InboundMessage, request: ApprovalRequest, responder: ApprovalPrompts) -> None:
         """Store the approval `msg`'s turn paused for and post the request in its thread."""
-        approval = await self._approvals.open(thread_id, msg, request, self._ttl)
-        if approval.message_ref is None:  # not posted yet (a retry after a crash finds it posted)
-            ref = await responder.ask_approval(msg, approval)
+        approval, created = await self._approvals.open(thread_id, msg, request, self._ttl)
+        if approval.message_ref is None:
+            # Opened by an earlier attempt and never marked posted: that attempt was cut short
+            # (a crash) after opening it, perhaps after posting it too.
+            ref = await responder.ask_approval(msg, approval, resumed=not created)
             await self._approvals.set_message_ref(approval.id, ref or "")
 
     async def decide(self, click: InboundMessage, action: ApprovalClick, responder: Responder) -> StoredApproval | None:
