@@ -99,13 +99,10 @@ class SlackAdapter:
         # rejected requests at INFO with their whole body.
         # Listeners answer through the inbox and our responder, never through bolt's per-request
         # helpers (`say`, `respond`, `set_status`, a function's token): not building them saves
-        # two middlewares on every acknowledgement. Nor does bolt check signatures: `handle` has
-        # checked each HTTP delivery's before bolt sees it (Socket Mode's carry none), and a
-        # second check would compute the same HMAC again on every acknowledgement.
+        # two middlewares on every acknowledgement.
         common: dict[str, Any] = {
             "signing_secret": signing_secret, "process_before_response": True, "logger": bolt_logger(),
             "attaching_conversation_kwargs_enabled": False, "attaching_function_token_enabled": False,
-            "request_verification_enabled": False,
         }  # fmt: skip
         self.installations: Installations | None = None
         tokens: BotTokens | None = None
