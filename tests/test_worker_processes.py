@@ -10,6 +10,8 @@ import asyncio
 import os
 import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -19,6 +21,7 @@ from agent_core.messages import InboundMessage, ThreadKey
 from agent_core.store.db import create_engine
 from gateway.service.inbox import Inbox
 from gateway.service.inbox_postgres import CHANNEL, listener_name
+from gateway.service.worker_pool import FULL_LINE, READY_LINE, ROOM_LINE, WorkerPool
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_events import app_mention
@@ -36,6 +39,7 @@ from tests.serve_process import (
     wait_healthy,
     wait_workers_ready,
 )
+from tests.waiting import eventually, scaled
 from tests.waiting import eventually_sync as wait_until
 
 
@@ -83,6 +87,74 @@ def test_worker_answers_at_once_and_is_replaced_when_it_dies(database_url: str, 
         answers = {p["channel"]: p["markdown_text"] for p in slack.posted()}
         assert answers == {"C1": "First answer.", "C2": "Second answer."}
         assert "exited with code -9; restarting" in out
+
+
+def test_a_worker_that_was_full_is_woken_for_new_work_again(database_url: str, tmp_path: Path) -> None:
+    # One turn at a time, polling only every 60 s: the second mention arrives while the worker
+    # is full (serve stops waking it), the third once it is idle again. Each is answered well
+    # within the poll interval: the full worker took the second when its turn ended, and serve
+    # woke it for the third (on SQLite only serve can; PostgreSQL's notification would too).
+    with FakeAnthropic.in_thread() as anthropic, \
+            FakeSlack.in_thread(bot_token="xoxb-test", bot_user_id="UBOT", team_id="T1") as slack:
+        anthropic.script(Reply([text("First answer.")], event_delay=0.4), Reply([text("Second answer.")]),
+                         Reply([text("Third answer.")]))
+        env = gateway_env(tmp_path, database_url, anthropic, slack, BA_WORKER_PROCESSES="1",
+                          BA_MAX_CONCURRENT_TURNS="1")
+        port = free_port()
+        serve = start(env, port, tmp_path)
+        try:
+            wait_healthy(port)
+            wait_workers_ready(port)
+            assert post_event(port, app_mention("<@UBOT> first?", "U1", "C1", ts="1700000001.000100")) == 200
+            slack.wait_for_sync("chat.startStream", count=1, timeout=15)  # the one turn is taken
+            assert post_event(port, app_mention("<@UBOT> second?", "U1", "C2", ts="1700000002.000100")) == 200
+            slack.wait_for_sync("chat.stopStream", count=2, timeout=20)
+            time.sleep(scaled(1))  # the worker has settled the second and waits for work
+            assert post_event(port, app_mention("<@UBOT> third?", "U1", "C3", ts="1700000003.000100")) == 200
+            slack.wait_for_sync("chat.stopStream", count=3, timeout=15)
+        finally:
+            stop(serve)
+        answers = {p["channel"]: p["markdown_text"] for p in slack.posted()}
+        assert answers == {"C1": "First answer.", "C2": "Second answer.", "C3": "Third answer."}
+
+
+# A stand-in worker: says it is ready and full, records every wakeup byte it reads, and says it
+# has room once the test creates the file named by its second argument; it stops when its stdin ends.
+FULL_THEN_ROOM = f"""
+import os, sys, threading, time
+out = sys.stdout.buffer
+out.write({FULL_LINE!r} + {READY_LINE!r})
+out.flush()
+def record():
+    while sys.stdin.buffer.read1(64):
+        with open(sys.argv[1], "a") as log:
+            log.write("woken\\n")
+reader = threading.Thread(target=record)
+reader.start()
+while not os.path.exists(sys.argv[2]) and reader.is_alive():
+    time.sleep(0.05)
+out.write({ROOM_LINE!r})
+out.flush()
+reader.join()  # until serve closes the pipe
+"""
+
+
+async def test_serve_does_not_wake_a_worker_that_is_full(tmp_path: Path) -> None:
+    woken, room = tmp_path / "woken", tmp_path / "room"
+    pool = WorkerPool(1, command=[sys.executable, "-c", FULL_THEN_ROOM, str(woken), str(room)])
+    await pool.start()
+    try:
+        await eventually(lambda: pool.ready == 1, 15, "the worker to be ready")
+        for _ in range(3):
+            pool.wake()
+        await asyncio.sleep(0.5)
+        assert not woken.exists()  # full: none of the three reached it
+        room.touch()
+        await eventually(lambda: woken.exists(), 10, "the wakeup that comes with room")
+        pool.wake()
+        await eventually(lambda: woken.read_text().count("woken") == 2, 10, "the next wakeup")
+    finally:
+        await pool.stop()
 
 
 def test_workers_stop_when_serve_is_killed(tmp_path: Path) -> None:

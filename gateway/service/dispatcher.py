@@ -120,6 +120,7 @@ class Dispatcher:
         lease_seconds: float = 60.0,
         poll_interval_s: float = 1.0,
         upload_limits: UploadLimits | None = None,
+        on_capacity: Callable[[bool], None] | None = None,
     ) -> None:
         self._inbox = inbox
         self._ledger = ledger
@@ -135,6 +136,10 @@ class Dispatcher:
         self._menu = menu
         self._process_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
         self._tasks: list[asyncio.Task[None]] = []
+        # Told False when the last free slot is taken and True when one frees again: a
+        # supervised worker passes it on to serve, which then stops waking it for new work.
+        self._on_capacity = on_capacity
+        self._full = False
 
     def start(self) -> None:
         self._slots = asyncio.Semaphore(self._concurrency)
@@ -177,9 +182,15 @@ class Dispatcher:
             task = asyncio.create_task(self._work_thread(thread_key, owner))
             self._tasks.append(task)
             task.add_done_callback(self._worker_done)
+            if self._slots.locked() and self._on_capacity is not None:
+                self._full = True
+                self._on_capacity(False)
 
     def _worker_done(self, task: asyncio.Task[None]) -> None:
         self._slots.release()
+        if self._full and self._on_capacity is not None:
+            self._full = False
+            self._on_capacity(True)
         if task in self._tasks:
             self._tasks.remove(task)
         if not task.cancelled() and task.exception() is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -135,9 +135,10 @@ class Runtime(Stores):
             scheduled_run=msg.scheduled_run,
         )
 
-    def start_answering(self, *, jobs: bool = True) -> Answering:
+    def start_answering(self, *, jobs: bool = True, on_capacity: Callable[[bool], None] | None = None) -> Answering:
         """Answer the inbox in this process: the dispatcher and, with `jobs`, the scheduler's
-        jobs and the schema catalog's refresh (`chat` answers its terminal without them)."""
+        jobs and the schema catalog's refresh (`chat` answers its terminal without them).
+        `on_capacity` hears whether the dispatcher can take more work (see `Dispatcher`)."""
         from agent_core.data.upload_limits import UploadLimits
         from gateway.service.approval_flow import ApprovalFlow
         from gateway.service.dispatcher import Dispatcher
@@ -162,6 +163,7 @@ class Runtime(Stores):
             lease_seconds=settings.lease_seconds,
             poll_interval_s=settings.poll_interval_s,
             upload_limits=UploadLimits(max_bytes=settings.max_upload_mb * 1024**2),
+            on_capacity=on_capacity,
         )
         dispatcher.start()
         catalog_refresh = None

@@ -2,7 +2,8 @@
 
 `ba-agent serve` starts its workers with `--supervised`: stdin is then the pipe from serve, a
 byte on it means new work, and its end means serve is gone, so the worker stops too; stdout
-goes back to serve, which learns from it when the worker is ready. Started on
+goes back to serve, which learns from it when the worker is ready, and when it is answering
+as many turns as it may (it is then not woken for new work) and has room again. Started on
 its own (another host or container, same database), a worker finds work by polling every
 `BA_POLL_INTERVAL` seconds and stops on SIGTERM or SIGINT.
 """
@@ -18,7 +19,7 @@ import sys
 from gateway.config import Settings
 from gateway.service.platforms import build_platforms, configured
 from gateway.service.runtime import Runtime, open_stores
-from gateway.service.worker_pool import MODEL_CHECK_LINE, READY_LINE
+from gateway.service.worker_pool import FULL_LINE, MODEL_CHECK_LINE, READY_LINE, ROOM_LINE
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ async def run_worker(settings: Settings, supervised: bool, check_model: bool = F
         watcher = asyncio.create_task(watch_supervisor(runtime.inbox.wakeup, stop))
     else:
         loop.add_signal_handler(signal.SIGINT, stop.set)
-    answering = runtime.start_answering()
+    answering = runtime.start_answering(on_capacity=tell_serve_capacity if supervised else None)
     gc.freeze()  # as in serve: start-up objects live as long as the process
     log.info("worker answering (%s)", ", ".join(runtime.responders) or "no platform configured")
     if supervised:
@@ -62,6 +63,14 @@ async def run_worker(settings: Settings, supervised: bool, check_model: bool = F
         await answering.close()
         await runtime.close()
         gc.unfreeze()  # let extension modules see their objects released at exit
+
+
+def tell_serve_capacity(has_room: bool) -> None:
+    """Say on stdout whether this worker can take more turns: while it cannot, serve does not
+    wake it for every event it accepts (a woken worker takes a CPU the next acknowledgement may
+    need); events accepted meanwhile are claimed when a turn ends and frees a slot."""
+    sys.stdout.buffer.write(ROOM_LINE if has_room else FULL_LINE)
+    sys.stdout.flush()
 
 
 async def report_model_check(settings: Settings, supervised: bool) -> None:

@@ -30,6 +30,9 @@ MAX_UNREAD_WAKEUPS = 64
 READY_LINE = b"ba-agent worker ready\n"
 # The first worker checks the model settings (it loads the SDK anyway) and reports on this line.
 MODEL_CHECK_LINE = b"ba-agent model check "
+# A worker's concurrency is taken (FULL) / a turn ended and freed a slot (ROOM).
+FULL_LINE = b"ba-agent worker full\n"
+ROOM_LINE = b"ba-agent worker has room\n"
 CHECK_MODEL_FLAG = "--check-model"
 
 
@@ -46,6 +49,7 @@ class WorkerPool:
         self._command = list(command or worker_command())
         self._processes: list[asyncio.subprocess.Process | None] = [None] * count
         self._ready: set[int] = set()  # pids that reported ready
+        self._full: set[int] = set()  # pids that reported all their turns taken
         self._supervisors: list[asyncio.Task[None]] = []
         self._stopping = False
         self.model_check = ModelCheck(state="pending")
@@ -61,14 +65,19 @@ class WorkerPool:
             self._supervisors.append(asyncio.create_task(self._supervise(slot), name=f"worker-{slot}"))
 
     def wake(self) -> None:
-        """Tell every worker there is new work (never blocks; a busy worker may miss none)."""
+        """Tell every worker with room for a turn that there is new work (never blocks)."""
         for proc in self._processes:
-            if proc is None or proc.returncode is not None or proc.stdin is None:
-                continue
-            transport = proc.stdin.transport
-            if transport.is_closing() or transport.get_write_buffer_size() >= MAX_UNREAD_WAKEUPS:
-                continue
-            proc.stdin.write(b"\n")
+            if proc is not None and proc.pid not in self._full:
+                self._wake(proc)
+
+    @staticmethod
+    def _wake(proc: asyncio.subprocess.Process) -> None:
+        if proc.returncode is not None or proc.stdin is None:
+            return
+        transport = proc.stdin.transport
+        if transport.is_closing() or transport.get_write_buffer_size() >= MAX_UNREAD_WAKEUPS:
+            return
+        proc.stdin.write(b"\n")
 
     async def stop(self) -> None:
         """Close the workers' pipes (they finish up and exit); kill any that takes too long."""
@@ -102,6 +111,13 @@ class WorkerPool:
             if line == READY_LINE:
                 self._ready.add(proc.pid)
                 log.info("worker pid %d is answering", proc.pid)
+            elif line == FULL_LINE:
+                self._full.add(proc.pid)
+            elif line == ROOM_LINE:
+                self._full.discard(proc.pid)
+                # Events accepted while it was full were not announced to it: its claim on
+                # freeing the slot may have looked before they were committed.
+                self._wake(proc)
             elif line.startswith(MODEL_CHECK_LINE):
                 self.model_check = ModelCheck.model_validate_json(line.removeprefix(MODEL_CHECK_LINE))
             else:
@@ -117,6 +133,7 @@ class WorkerPool:
             await self._read_output(proc)  # until the worker closes its stdout: it is exiting
             code = await proc.wait()
             self._ready.discard(proc.pid)
+            self._full.discard(proc.pid)
             if self._stopping:
                 return
             # A worker that ran for a while before dying starts the back-off over.
