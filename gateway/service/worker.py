@@ -11,6 +11,7 @@ its own (another host or container, same database), a worker finds work by polli
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
@@ -69,8 +70,10 @@ def tell_serve_capacity(has_room: bool) -> None:
     """Say on stdout whether this worker can take more turns: while it cannot, serve does not
     wake it for every event it accepts (a woken worker takes a CPU the next acknowledgement may
     need); events accepted meanwhile are claimed when a turn ends and frees a slot."""
-    sys.stdout.buffer.write(ROOM_LINE if has_room else FULL_LINE)
-    sys.stdout.flush()
+    # Serve gone (SIGKILLed): this worker is stopping anyway (its stdin has ended).
+    with contextlib.suppress(OSError):
+        sys.stdout.buffer.write(ROOM_LINE if has_room else FULL_LINE)
+        sys.stdout.flush()
 
 
 async def report_model_check(settings: Settings, supervised: bool) -> None:
