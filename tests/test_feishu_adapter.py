@@ -597,25 +597,23 @@ async def test_long_connection_delivers_reconnects_and_restarts_when_silent(
         await eventually(lambda: inbox.calls == 2)
         assert len(inbox.accepted) == 1
 
+        before_silence = connection.status().connected_since
         fake.ws_silence(True)
         await eventually(lambda: fake.ws_connections == 3, timeout=15)
         fake.ws_silence(False)
         await eventually(lambda: connection.state == ConnectionState.CONNECTED)
         status = adapter.status()
         assert status is not None and status.restarts == 1 and status.last_event_at is not None
+        # Restarted after the silence: through "reconnecting" (which clears connected_since) and
+        # back; against the local fake that can take less than the sampler's 10 ms.
+        assert status.connected_since is not None and status.connected_since != before_silence
     finally:
         watcher.cancel()
         sample()
         await adapter.stop()
     assert connection.state == ConnectionState.STOPPED
     assert states[:2] == [ConnectionState.CONNECTING, ConnectionState.CONNECTED]
-    # The restart after the silence takes long enough to be seen.
-    assert states[-2:] == [ConnectionState.RECONNECTING, ConnectionState.CONNECTED]
-    assert set(states) == {
-        ConnectionState.CONNECTING,
-        ConnectionState.CONNECTED,
-        ConnectionState.RECONNECTING,
-    }
+    assert set(states) <= {ConnectionState.CONNECTING, ConnectionState.CONNECTED, ConnectionState.RECONNECTING}
 
 
 async def test_long_connection_joins_a_split_event_and_acknowledges_it_once(fake: FakeFeishu) -> None:
