@@ -117,6 +117,30 @@ async def test_follow_up_in_thread_sees_the_first_exchange(gateway, fakes) -> No
     assert "and vs last week?" in messages[2]["content"][0]["text"]
 
 
+@pytest.mark.parametrize("answer", [(503, "service_unavailable"), (200, "fatal_error")])
+async def test_a_mention_while_slack_cannot_say_who_the_bot_is_is_stored_and_answered(
+    database_url, tmp_path, fakes, answer
+) -> None:
+    """Slack's auth.test fails (an outage, or an error answer) from start-up on: a mention that
+    arrives meanwhile — as a `message` event only, so that the bot's user id decides it is one —
+    is acknowledged, stored and answered once, without the mention in the question."""
+    anthropic, slack = fakes
+    status, error = answer
+    slack.fail_next("auth.test", error=error, status=status, retry_after=None, times=1000)
+    anthropic.script(Reply([text("Orders are up 4%.")]))
+    async with running_gateway(gateway_settings(database_url, tmp_path, anthropic, slack)) as gw:
+        while (await gw.get_json("/readyz"))[1]["credentials"]["slack"]["state"] == "checking":
+            await asyncio.sleep(0.05)
+        ts = "1700000001.000100"
+        resp = await gw.post_event(message("<@UBOT> orders this week?", "U1", "C1", ts=ts, channel_type="channel"))
+        assert resp.status == 200 and await gw.stored_events() == 1
+        await gw.settled()
+    [reply] = [p for p in replies(slack, "C1") if "markdown_text" in p]
+    assert reply["thread_ts"] == ts and reply["markdown_text"] == "Orders are up 4%."
+    assert anthropic.requests[0].body["messages"][0]["content"][0]["text"].endswith("orders this week?")
+    assert "<@UBOT>" not in json.dumps(anthropic.requests[0].body["messages"])
+
+
 @pytest.mark.parametrize("arrives", ["message only", "file_share only", "message then app_mention", "app_mention then message"])
 async def test_a_mention_is_answered_once_whichever_events_arrive(gateway, fakes, arrives) -> None:
     """Slack sometimes delivers a mention only as a `message` (or `file_share`) event, without

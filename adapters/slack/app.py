@@ -4,10 +4,11 @@ Events arrive either over HTTP (POST /slack/events, `SlackAdapter.handle`) or ov
 (`adapters.slack.socket_mode.SlackSocketMode`, which feeds the same bolt app; the adapter
 starts and stops it). Bolt runs with
 `process_before_response=True` so the listener — which commits the message to the inbox —
-finishes before Slack gets its 200 or its envelope ack. The listener does nothing slow: the only
-Web API call on this path is bolt's own auth.test, made once and cached; with OAuth installs
-bolt instead reads the workspace's installation from the service database. (The sender's
-locale is looked up by the worker that answers: `SlackResponder.user_locale`.)
+finishes before Slack gets its 200 or its envelope ack. The listener does nothing slow and
+calls no Web API: with a bot token, bolt learns who the bot is from `BotIdentity` (the start-up
+check's auth.test, or the event's own `authorizations`); with OAuth installs bolt reads the
+workspace's installation from the service database. (The sender's locale is looked up by the
+worker that answers: `SlackResponder.user_locale`.)
 
 The bot token is SLACK_BOT_TOKEN's, or with SLACK_CLIENT_ID / SLACK_CLIENT_SECRET each
 workspace's own from its OAuth install (`adapters.slack.installations`): bolt's install flow is
@@ -27,6 +28,7 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.logger.messages import warning_token_skipped
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
@@ -38,6 +40,7 @@ from adapters.approval_clicks import accept_click
 from adapters.base import AcceptOutcome, ConnectionStatus, CredentialStatus, FeedbackClick, GatewayServices, Handler, Route
 from adapters.credentials import CredentialCheck, CredentialsRefused
 from adapters.slack.alerts import ACTIONS, already_done
+from adapters.slack.bot_identity import BotIdentity, delivered_to_bot_user
 from adapters.slack.config import INSTALL_PATH, REDIRECT_PATH, SlackConfig
 from adapters.slack.events import Ignored, MalformedEvent, candidate_thread, check_envelope, parse_event, parse_stop
 from adapters.slack.installations import BotTokens, Installations
@@ -105,6 +108,7 @@ class SlackAdapter:
             "attaching_conversation_kwargs_enabled": False, "attaching_function_token_enabled": False,
         }  # fmt: skip
         self.installations: Installations | None = None
+        self.identity: BotIdentity | None = None
         tokens: BotTokens | None = None
         if config.oauth:
             if services.engine is None:
@@ -119,9 +123,12 @@ class SlackAdapter:
             # are no longer authorized, and workers no longer find its token.
             self.bolt.enable_token_revocation_listeners()
         else:
-            # The token goes to bolt itself, which builds the client: bolt reads SLACK_BOT_TOKEN
-            # from the environment and warns that it is unused when handed a client instead.
-            self.bolt = AsyncApp(token=config.bot_token.get_secret_value(), **common)
+            # The token goes to bolt itself, which builds the client with it: bolt reads
+            # SLACK_BOT_TOKEN from the environment and warns that it is unused when handed a
+            # client instead. Bolt's own authorization would call auth.test on an event's
+            # acknowledgement path; `BotIdentity` never does.
+            self.identity = BotIdentity(config.bot_token.get_secret_value())
+            self.bolt = AsyncApp(token=self.identity.token, authorize=self.identity, **common)
         self.client = self.bolt.client
         self.client.base_url = config.api_url
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=3))
@@ -193,6 +200,8 @@ class SlackAdapter:
                 raise
             error = exc.response.get("error")
             raise CredentialsRefused(f"auth.test answered {error}: check SLACK_BOT_TOKEN") from None
+        if self.identity is not None:
+            self.identity.learn(identity)
         return (
             f"bot @{identity.get('user')} ({identity.get('user_id')}) in workspace "
             f"{identity.get('team')} ({identity.get('team_id')})"
@@ -271,16 +280,18 @@ class SlackAdapter:
         if self.installations is not None and context.is_enterprise_install and context.enterprise_id and team_id:
             # An org-wide install: workers find this workspace's token through its org.
             await self.installations.remember_enterprise(team_id, context.enterprise_id)
+        # Until the start-up check has heard from Slack, the delivery says which bot it is for.
+        bot_user_id = context.bot_user_id or delivered_to_bot_user(body) or ""
         # A reply in a thread without a mention is for the bot if the bot is part of that
         # thread: the inbox asks as it stores it (with mentions required, it is not for the bot).
         in_thread = not self.config.require_mention_in_threads and candidate_thread(
-            team_id, event, context.bot_user_id or ""
+            team_id, event, bot_user_id
         ) is not None
         parsed = parse_event(
             event_id=body.get("event_id") or f"{event.get('channel')}:{event.get('ts')}",
             team_id=team_id,
             event=event,
-            bot_user_id=context.bot_user_id or "",
+            bot_user_id=bot_user_id,
             bot_id=context.bot_id,
             in_known_thread=in_thread,
             require_mention_in_threads=self.config.require_mention_in_threads,
@@ -447,7 +458,14 @@ def bolt_logger() -> logging.Logger:
     """
     logger = logging.getLogger(f"{__name__}.bolt")
     logger.setLevel(max(logging.WARNING, logging.getLogger().level))
+    logger.addFilter(_token_is_used)  # once: a filter already there is not added again
     return logger
+
+
+def _token_is_used(record: logging.LogRecord) -> bool:
+    """Drop bolt's warning that the token is ignored beside `authorize`: `BotIdentity` is the
+    authorize, and it hands bolt that very token."""
+    return record.getMessage() != warning_token_skipped()
 
 
 def _bolt_request(request: web.Request, text: str) -> AsyncBoltRequest:

@@ -1,0 +1,64 @@
+"""Who the bot is, for bolt, without a call to Slack while an event waits for its acknowledgement.
+
+With one bot token, bolt's own authorization asks Slack (auth.test) on the first delivery it
+sees. While Slack's Web API is down or rate limiting, that delivery never reaches a listener:
+bolt answers it 200 with an error text (Slack does not send it again: the event is lost) or
+500. Here the token is the app's own and the identity comes from the start-up check
+(`SlackAdapter._check_credentials`, asked again until Slack answers); until then each event's
+`authorizations` names the bot user it was delivered to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.authorization.async_authorize import AsyncAuthorize
+from slack_bolt.context.async_context import AsyncBoltContext
+
+
+class BotIdentity(AsyncAuthorize):
+    """Bolt's `authorize`: the bot token and, once auth.test has answered, the bot's user and
+    bot ids. Always a result, from what is known now."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self.token = token
+        self.user_id: str | None = None
+        self.bot_id: str | None = None
+
+    def learn(self, auth_test: Any) -> None:
+        """Keep the ids from an auth.test answer."""
+        self.user_id = auth_test.get("user_id")
+        self.bot_id = auth_test.get("bot_id")
+
+    async def __call__(
+        self,
+        *,
+        context: AsyncBoltContext,
+        enterprise_id: str | None,
+        team_id: str | None,
+        user_id: str | None,
+        actor_enterprise_id: str | None = None,
+        actor_team_id: str | None = None,
+        actor_user_id: str | None = None,
+    ) -> AuthorizeResult:
+        return AuthorizeResult(
+            enterprise_id=enterprise_id,
+            team_id=team_id,
+            user_id=user_id,
+            bot_token=self.token,
+            bot_user_id=self.user_id,
+            bot_id=self.bot_id,
+        )
+
+
+def delivered_to_bot_user(body: dict[str, Any]) -> str | None:
+    """The bot user an Events API delivery names in its `authorizations` (None if it names none)."""
+    authorizations = body.get("authorizations")
+    if not isinstance(authorizations, list):
+        return None
+    for entry in authorizations:
+        if isinstance(entry, dict) and entry.get("is_bot") and isinstance(entry.get("user_id"), str):
+            return str(entry["user_id"])
+    return None
