@@ -1,14 +1,19 @@
 """Stop and feedback on Feishu, end to end: the streaming card's Stop button ends the running
 turn through the inbox (partial answer kept, marked stopped), and every answer card carries
-👍/👎 whose clicks are stored per answer and person; a 👎 asks "what was wrong?" in a form."""
+👍/👎 whose clicks are stored per answer and person; a 👎 asks "what was wrong?" in a form; a 👍
+on an answer from SQL on a data source sends its data owner a review card, and `search_schema`
+returns the example once the owner approved it there."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from gateway.service.feedback import FeedbackStore
-from tests.fakes.anthropic_api import FakeAnthropic, Reply, text
+from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import (
     bot_mention,
@@ -78,3 +83,56 @@ async def test_stop_button_ends_the_turn_and_feedback_buttons_rate_the_answer(tm
                 assert (await post(gw, submit))["toast"]["type"] == "success"
                 [summary] = await FeedbackStore(gw.runtime.engine).summaries()
                 assert summary.comments == ["feishu:ou_other: The October numbers are missing."]
+
+
+OWNER = "ou_owner"
+SHOP_SQL = "SELECT region, SUM(gmv) AS gmv FROM orders GROUP BY region ORDER BY gmv DESC"
+
+
+def shop(tmp_path: Path) -> dict[str, str]:
+    """A DuckDB data source `shop` whose data owner (in the access policy) is OWNER on Feishu."""
+    path = tmp_path / "shop.duckdb"
+    with duckdb.connect(str(path)) as conn:
+        conn.execute("CREATE TABLE orders (region VARCHAR, gmv DOUBLE)")
+        conn.execute("INSERT INTO orders VALUES ('East', 120.0), ('West', 80.0)")
+    policy = tmp_path / "policy.yml"
+    policy.write_text(f"sources:\n  shop:\n    groups: [default]\n    owners: [feishu:{OWNER}]\n")
+    return {"BA_DATASOURCES": json.dumps({"shop": f"duckdb:///{path}"}), "BA_ACCESS_POLICY": str(policy)}
+
+
+async def test_a_thumbs_up_asks_the_feishu_data_owner_and_their_approval_teaches_the_example(tmp_path: Path) -> None:
+    with FakeFeishu() as feishu:
+        async with FakeAnthropic() as anthropic:
+            anthropic.script(
+                Reply([tool_use("sql_query", {"sql": SHOP_SQL, "source": "shop"}, id="toolu_01")]),
+                Reply([text("East leads with 120.")]),
+                Reply([tool_use("search_schema", {"question": "which region has the most gmv"}, id="toolu_02")]),
+                Reply([text("Using the verified example.")]),
+            )
+            settings = feishu_gateway_settings(f"sqlite:///{tmp_path / 'gw.db'}", tmp_path, anthropic, feishu, **shop(tmp_path))
+            async with running_gateway(settings) as gw:
+                await post(gw, question("om_q1"))
+                await gw.settled(timeout=30)
+                [answer] = [m for m in feishu.messages if m.msg_type == "interactive"]
+                answer_card = feishu.cards[answer.content["data"]["card_id"]].updates[-1]
+                up = card_click(answer_card, "feedback_up", "ou_asker", message_id=answer.message_id, chat_id=CHAT)
+                assert (await post(gw, up))["toast"]["type"] == "success"
+
+                # The owner gets a review card in their chat with the bot, after the click's answer.
+                await eventually(lambda: any(m.chat_id == OWNER for m in feishu.messages), 10, "the owner's review card")
+                [review] = [m for m in feishu.messages if m.chat_id == OWNER]
+                assert SHOP_SQL in json.dumps(review.content) and "ou_asker" in json.dumps(review.content)
+
+                # Someone who is not an owner cannot decide; the owner can, and the card shows it.
+                approve = card_click(review.content, "example_approve", "ou_asker", message_id=review.message_id, chat_id=OWNER)
+                assert (await post(gw, approve))["toast"]["type"] == "warning"
+                assert review.updates == []
+                approve = card_click(review.content, "example_approve", OWNER, message_id=review.message_id, chat_id=OWNER)
+                assert (await post(gw, approve))["toast"]["type"] == "success"
+                shown = json.dumps(review.shown, ensure_ascii=False)
+                assert f"Approved by <at id={OWNER}></at>" in shown and "example_approve" not in shown
+
+                await post(gw, question("om_q2"))
+                await gw.settled(timeout=30)
+                found = anthropic.requests[3].body["messages"][-1]["content"][0]["content"]
+                assert SHOP_SQL in found

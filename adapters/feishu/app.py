@@ -33,6 +33,7 @@ class FeishuAdapter:
             self.responder.update_alert,
             services.feedback,
             self.responder.ask_what_was_wrong,
+            self.responder.show_example_decision,
         )
         self.handle: Handler = make_feishu_handler(
             config, services.accept, self.client.bot_open_id, services.is_live, card_actions

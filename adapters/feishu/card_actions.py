@@ -1,6 +1,7 @@
 """Card action callbacks (`card.action.trigger`, schema 2.0): a click on an approval card's
-Approve / Reject button or a monitor alert's Acknowledge / Mute 7 days button, read from the
-verified payload, acted on, and answered in the callback response.
+Approve / Reject button, a monitor alert's Acknowledge / Mute 7 days button, Stop, 👍/👎 and
+"what was wrong?" under answers, or a data owner's Approve / Reject on a proposed example, read
+from the verified payload, acted on, and answered in the callback response.
 
 Feishu shows the response's toast to the clicker only: that is where a non-approver learns the
 request is not theirs, and a late clicker that someone else acted on the alert first. An
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from adapters.approval_clicks import ClickAnswer, accept_click
 from adapters.base import AcceptMessage, ActOnAlert, FeedbackActions, FeedbackClick, LookupApproval, PlatformId
 from adapters.feishu.events import CARD_ACTION, PLATFORM, Ignored, MalformedEvent
+from agent_core.catalog.learned import Proposal
 from agent_core.i18n import Language, t
 from agent_core.messages import ClickChoice, InboundMessage, ThreadKey
 from agent_core.monitors.model import AlertStatus, AlertView, MonitorAction
@@ -31,6 +33,9 @@ log = logging.getLogger(__name__)
 ShowAlert = Callable[[AlertView], Awaitable[None]]
 # Asks "what was wrong?" under a 👎'd answer card (message id, chat id, answer id, language).
 AskWhatWasWrong = Callable[[str, str, str, Language], Coroutine[Any, Any, None]]
+# Shows a data owner's decision on the example card they clicked (message id, the proposal as
+# decided, language: `FeishuResponder.show_example_decision`).
+ShowExampleDecision = Callable[[str, Proposal, Language], Awaitable[None]]
 _ASKING: set[asyncio.Task[None]] = set()  # questions being posted (kept from the collector)
 
 
@@ -66,6 +71,12 @@ class _StopValue(BaseModel):
 class _FeedbackValue(BaseModel):
     feedback: Literal["up", "down"]
     answer_id: PlatformId
+    language: Language = Language.EN
+
+
+class _ExampleValue(BaseModel):
+    example_id: int
+    choice: ClickChoice
     language: Language = Language.EN
 
 
@@ -131,6 +142,16 @@ class FeedbackCardClick(BaseModel):
     chat_id: str
 
 
+class ExampleCardClick(BaseModel):
+    """A click on Approve / Reject of a proposed example's review card."""
+
+    user: str
+    proposal_id: int
+    approve: bool
+    language: Language
+    message_id: str  # the review card clicked
+
+
 class CommentSubmit(BaseModel):
     """A person's answer to "what was wrong?" (the form's Send)."""
 
@@ -147,7 +168,7 @@ def is_card_action(payload: dict[str, Any]) -> bool:
 
 def parse_card_action(
     payload: dict[str, Any],
-) -> ApprovalCardClick | AlertCardClick | StopCardClick | FeedbackCardClick | CommentSubmit | Ignored:
+) -> ApprovalCardClick | AlertCardClick | StopCardClick | FeedbackCardClick | ExampleCardClick | CommentSubmit | Ignored:
     """The approval or alert click a card action callback carries; Ignored for other card
     actions. Raises MalformedEvent on a callback Feishu does not send."""
     try:
@@ -177,6 +198,18 @@ def parse_card_action(
             language=rated.language,
             message_id=event.context.open_message_id,
             chat_id=event.context.open_chat_id,
+        )
+    if "example_id" in value:
+        try:
+            example = _ExampleValue.model_validate(value)
+        except ValidationError:
+            return Ignored("an example decision without its example")
+        return ExampleCardClick(
+            user=user,
+            proposal_id=example.example_id,
+            approve=example.choice == "approve",
+            language=example.language,
+            message_id=event.context.open_message_id,
         )
     if "comment_for" in value:
         try:
@@ -209,6 +242,7 @@ class CardActions:
     show_alert: ShowAlert | None = None
     feedback: FeedbackActions | None = None  # None: 👍/👎 clicks are answered as unknown
     ask_what_was_wrong: AskWhatWasWrong | None = None
+    show_example_decision: ShowExampleDecision | None = None
 
     async def answer(self, payload: dict[str, Any], transport: str) -> dict[str, Any]:
         """Act on the click ``payload`` carries; the callback response (a toast, or nothing
@@ -225,6 +259,8 @@ class CardActions:
             return await self._feedback_click(click, transport)
         if isinstance(click, CommentSubmit):
             return await self._comment(click)
+        if isinstance(click, ExampleCardClick):
+            return await self._example_decision(click, transport)
         answer = await accept_click(
             self.approvals,
             self.accept,
@@ -292,6 +328,22 @@ class CardActions:
         )
         log.info("feishu: comment on %s %s", submit.answer_id, "kept" if kept else "not kept")
         return _toast("success", t(submit.language, "Thanks for the feedback."))
+
+    async def _example_decision(self, click: ExampleCardClick, transport: str) -> dict[str, Any]:
+        """Record a data owner's decision, then show it on their card; anyone else is told the
+        example is not theirs to decide."""
+        proposal = None
+        if self.feedback is not None:
+            proposal = await self.feedback.decide_example(PLATFORM, click.proposal_id, click.approve, click.user)
+        log.info("feishu %s: example decision on %d: %s", transport, click.proposal_id,
+                 proposal.status if proposal is not None else "refused")  # fmt: skip
+        if proposal is None:
+            return _toast("warning", t(click.language, "Only the data owners of this source can decide on this example."))
+        if self.show_example_decision is not None and click.message_id:
+            await self.show_example_decision(click.message_id, proposal, click.language)
+        if click.approve:
+            return _toast("success", t(click.language, "Approved: search_schema now returns this example."))
+        return _toast("success", t(click.language, "Rejected: this example will not be used."))
 
     async def _alert_click(self, click: AlertCardClick, transport: str) -> dict[str, Any]:
         """Record the click before Feishu gets its answer, then show who acted on the card."""

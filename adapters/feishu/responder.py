@@ -25,9 +25,11 @@ from adapters.feishu.approval_card import approval_card
 from adapters.feishu.client import FeishuClient
 from adapters.feishu.config import FeishuConfig
 from adapters.feishu.events import PLATFORM, attachments_of, quoted_message_id
+from adapters.feishu.example_card import example_card
 from adapters.feishu.monitor_card import alert_card
 from adapters.feishu.transport import FeishuApiError
 from adapters.markdown_tables import Table
+from agent_core.catalog.learned import Proposal
 from agent_core.governance.approval import ApprovalView
 from agent_core.i18n import Language, t
 from agent_core.messages import Attachment, InboundMessage, OutboundFile, OutboundReply
@@ -457,6 +459,24 @@ class FeishuResponder:
             await self._client.update_card_message(alert.message_ref, alert_card(alert))
         except FeishuApiError as exc:
             log.warning("feishu: could not show who acted on alert card %s: %s", alert.message_ref, exc)
+
+    async def ask_example_review(self, workspace: str, owner: str, proposal: Proposal, language: Language) -> bool:
+        """Send the data owner (an open_id) the example's review card, in their chat with the bot."""
+        try:
+            card = example_card(proposal, language)
+            uuid_ = delivery_uuid("example", str(proposal.id), owner)
+            await self._client.send_message(owner, "interactive", card, uuid=uuid_, to="open_id")
+        except FeishuApiError as exc:
+            log.warning("feishu: could not ask %s to review example %d: %s", owner, proposal.id, exc)
+            return False
+        return True
+
+    async def show_example_decision(self, message_id: str, proposal: Proposal, language: Language) -> None:
+        """Show who decided on the review card the owner clicked."""
+        try:
+            await self._client.update_card_message(message_id, example_card(proposal, language))
+        except FeishuApiError as exc:
+            log.warning("feishu: could not show the decision on example card %s: %s", message_id, exc)
 
     async def ask_what_was_wrong(self, message_id: str, chat_id: str, answer_id: str, language: Language) -> None:
         """After a 👎: the optional question, as a form card replying to the rated answer."""
