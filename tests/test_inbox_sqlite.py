@@ -104,15 +104,24 @@ async def test_the_wal_stays_bounded_while_accepts_never_pause(sqlite_inbox) -> 
     engine = create_engine(f"sqlite:///{database}")
     checkpointer = asyncio.create_task(sqlite_checkpointer(engine, interval_s=0.005, reset_bytes=reset_bytes))
     wal = database.with_name(database.name + "-wal")
-    largest = 0
+    generations: set[int] = set()
     for n in range(3000):
         msg = inbound(f"Ev{n}", f"{n}.1", root=f"{n % 40}.1").model_copy(update={"text": "how are sales? " * 100})
         assert await inbox.accept(msg) is AcceptOutcome.ACCEPTED
-        largest = max(largest, wal.stat().st_size)
+        generations.add(wal_generation(wal))
         if n % 10 == 0:
             await asyncio.sleep(0)  # the checkpointer's turn to look, not a pause in the writes
     checkpointer.cancel()
     await engine.dispose()
     assert await inbox.open_events() == 3000
-    # These accepts write about 80 MB to the WAL: left to writers, it would hold all of it.
-    assert largest < 80 * reset_bytes
+    # These accepts write about 80 MB to the WAL: left to writers, it would hold all of it,
+    # written once from its start. Each reset starts the WAL over (a new generation); how far
+    # one stretches depends on the disk (it grows while a checkpoint fsyncs): 10-17 resets
+    # here, from a quiet machine to one with two CPU hogs, and one without the checkpointer.
+    assert len(generations) >= 4
+
+
+def wal_generation(wal: Path) -> int:
+    """The WAL header's checkpoint sequence number: one more each time the WAL is reset."""
+    with wal.open("rb") as file:
+        return int.from_bytes(file.read(16)[12:16], "big")
