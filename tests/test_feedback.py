@@ -37,16 +37,21 @@ async def fakes():
         yield anthropic, slack
 
 
-@pytest.fixture
-def shop(tmp_path: Path) -> dict[str, str]:
-    """A DuckDB data source `shop` whose data owner (in the access policy) is OWNER."""
+def shop_source(tmp_path: Path, owner: str) -> dict[str, str]:
+    """The settings of a DuckDB data source `shop` whose data owner (in the access policy) is
+    `owner` (`platform:user`)."""
     path = tmp_path / "shop.duckdb"
     with duckdb.connect(str(path)) as conn:
         conn.execute("CREATE TABLE orders (region VARCHAR, gmv DOUBLE)")
         conn.execute("INSERT INTO orders VALUES ('East', 120.0), ('West', 80.0)")
     policy = tmp_path / "policy.yml"
-    policy.write_text(f"sources:\n  shop:\n    groups: [default]\n    owners: [slack:{OWNER}]\n")
+    policy.write_text(f"sources:\n  shop:\n    groups: [default]\n    owners: [{owner}]\n")
     return {"BA_DATASOURCES": json.dumps({"shop": f"duckdb:///{path}"}), "BA_ACCESS_POLICY": str(policy)}
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> dict[str, str]:
+    return shop_source(tmp_path, f"slack:{OWNER}")
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from gateway.service.feedback import FeedbackStore
 from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.feishu_api import FakeFeishu
@@ -24,9 +22,11 @@ from tests.fakes.feishu_events import (
     text_event,
 )
 from tests.harness import Gateway, feishu_gateway_settings, running_gateway
+from tests.test_feedback import SHOP_SQL, shop_source
 from tests.waiting import eventually
 
 CHAT = "oc_group"
+OWNER = "ou_owner"  # the data owner of the `shop` source
 NEVER_FINISHED = "East China fell first. " + "Then more detail follows. " * 80
 
 
@@ -85,21 +85,6 @@ async def test_stop_button_ends_the_turn_and_feedback_buttons_rate_the_answer(tm
                 assert summary.comments == ["feishu:ou_other: The October numbers are missing."]
 
 
-OWNER = "ou_owner"
-SHOP_SQL = "SELECT region, SUM(gmv) AS gmv FROM orders GROUP BY region ORDER BY gmv DESC"
-
-
-def shop(tmp_path: Path) -> dict[str, str]:
-    """A DuckDB data source `shop` whose data owner (in the access policy) is OWNER on Feishu."""
-    path = tmp_path / "shop.duckdb"
-    with duckdb.connect(str(path)) as conn:
-        conn.execute("CREATE TABLE orders (region VARCHAR, gmv DOUBLE)")
-        conn.execute("INSERT INTO orders VALUES ('East', 120.0), ('West', 80.0)")
-    policy = tmp_path / "policy.yml"
-    policy.write_text(f"sources:\n  shop:\n    groups: [default]\n    owners: [feishu:{OWNER}]\n")
-    return {"BA_DATASOURCES": json.dumps({"shop": f"duckdb:///{path}"}), "BA_ACCESS_POLICY": str(policy)}
-
-
 async def test_a_thumbs_up_asks_the_feishu_data_owner_and_their_approval_teaches_the_example(tmp_path: Path) -> None:
     with FakeFeishu() as feishu:
         async with FakeAnthropic() as anthropic:
@@ -109,7 +94,8 @@ async def test_a_thumbs_up_asks_the_feishu_data_owner_and_their_approval_teaches
                 Reply([tool_use("search_schema", {"question": "which region has the most gmv"}, id="toolu_02")]),
                 Reply([text("Using the verified example.")]),
             )
-            settings = feishu_gateway_settings(f"sqlite:///{tmp_path / 'gw.db'}", tmp_path, anthropic, feishu, **shop(tmp_path))
+            shop = shop_source(tmp_path, f"feishu:{OWNER}")
+            settings = feishu_gateway_settings(f"sqlite:///{tmp_path / 'gw.db'}", tmp_path, anthropic, feishu, **shop)
             async with running_gateway(settings) as gw:
                 await post(gw, question("om_q1"))
                 await gw.settled(timeout=30)
