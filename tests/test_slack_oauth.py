@@ -101,6 +101,22 @@ async def test_two_workspaces_install_by_oauth_and_each_is_answered_with_its_own
     assert "<@UBOT" not in str(anthropic.requests[0].body["messages"])
 
 
+async def test_an_installed_workspaces_mention_is_stored_and_answered_while_auth_test_fails(gateway, fakes) -> None:
+    """Who the bot is comes from the stored install, not from Slack on each event: while Slack's
+    auth.test fails, a mention is still acknowledged, stored and answered once."""
+    anthropic, slack = fakes
+    assert (await install(gateway, "T1"))[0] == 200
+    slack.fail_next("auth.test", error="service_unavailable", status=503, retry_after=None, times=1000)
+    anthropic.script(Reply([text("GMV is up.")]))
+    event = app_mention("<@UBOTT1> GMV?", "U1", "C1", ts="1700000001.000100", team="T1", bot_user_id="UBOTT1")
+    assert (await gateway.post_event(event)).status == 200
+    assert await gateway.stored_events() == 1
+    await gateway.settled()
+    [answer] = answers(slack, "C1")
+    assert answer["thread_ts"] == "1700000001.000100" and slack.markdown_of(answer) == "GMV is up."
+    assert slack.calls_with(slack.token_of("T1"), "chat.startStream")
+
+
 async def test_an_uninstalled_workspace_is_no_longer_answered(gateway, fakes) -> None:
     anthropic, slack = fakes
     await install(gateway, "T1")

@@ -5,9 +5,9 @@ Events arrive either over HTTP (POST /slack/events, `SlackAdapter.handle`) or ov
 starts and stops it). Bolt runs with
 `process_before_response=True` so the listener — which commits the message to the inbox —
 finishes before Slack gets its 200 or its envelope ack. The listener does nothing slow and
-calls no Web API: with a bot token, bolt learns who the bot is from `BotIdentity` (the start-up
-check's auth.test, or the event's own `authorizations`); with OAuth installs bolt reads the
-workspace's installation from the service database. (The sender's locale is looked up by the
+nothing on the way calls the Web API: bolt learns who the bot is from `adapters.slack.bot_identity`
+(with a bot token, the start-up check's auth.test or the event's own `authorizations`; with OAuth
+installs, the workspace's installation in the service database). (The sender's locale is looked up by the
 worker that answers: `SlackResponder.user_locale`.)
 
 The bot token is SLACK_BOT_TOKEN's, or with SLACK_CLIENT_ID / SLACK_CLIENT_SECRET each
@@ -40,7 +40,7 @@ from adapters.approval_clicks import accept_click
 from adapters.base import AcceptOutcome, ConnectionStatus, CredentialStatus, FeedbackClick, GatewayServices, Handler, Route
 from adapters.credentials import CredentialCheck, CredentialsRefused
 from adapters.slack.alerts import ACTIONS, already_done
-from adapters.slack.bot_identity import BotIdentity, delivered_to_bot_user
+from adapters.slack.bot_identity import BotIdentity, InstalledBot, delivered_to_bot_user
 from adapters.slack.config import INSTALL_PATH, REDIRECT_PATH, SlackConfig
 from adapters.slack.events import Ignored, MalformedEvent, candidate_thread, check_envelope, parse_event, parse_stop
 from adapters.slack.installations import BotTokens, Installations
@@ -117,6 +117,9 @@ class SlackAdapter:
             self.bolt = AsyncApp(
                 client=AsyncWebClient(base_url=config.api_url),  # no token: each workspace's own
                 oauth_settings=oauth_settings(config, self.installations),
+                # Bolt's own calls auth.test on every event. Bolt takes an `AsyncAuthorize` as is,
+                # None included ("not installed"), though its annotation says a result always.
+                authorize=InstalledBot(self.installations.store),  # type: ignore[arg-type]
                 **common,
             )
             # app_uninstalled / tokens_revoked delete the workspace's installation: its events

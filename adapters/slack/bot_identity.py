@@ -1,11 +1,17 @@
 """Who the bot is, for bolt, without a call to Slack while an event waits for its acknowledgement.
 
-With one bot token, bolt's own authorization asks Slack (auth.test) on the first delivery it
-sees. While Slack's Web API is down or rate limiting, that delivery never reaches a listener:
-bolt answers it 200 with an error text (Slack does not send it again: the event is lost) or
-500. Here the token is the app's own and the identity comes from the start-up check
-(`SlackAdapter._check_credentials`, asked again until Slack answers); until then each event's
-`authorizations` names the bot user it was delivered to.
+Bolt's own authorization asks Slack (auth.test): with one bot token on the first delivery it
+sees, with OAuth installs on every delivery (of the token it read from the installation store).
+While Slack's Web API is down or rate limiting, such a delivery never reaches a listener: bolt
+answers it 200 with an error text (Slack does not send it again: the event is lost) or 500.
+
+- One bot token (`BotIdentity`): the token is the app's own, and the bot's ids come from the
+  start-up check (`SlackAdapter._check_credentials`, asked again until Slack answers); until then
+  each event's `authorizations` names the bot user it was delivered to.
+- OAuth installs (`InstalledBot`): the workspace's (or its org's) bot as its install stored it,
+  read from the service database. Token rotation is off in the shipped manifests, so a stored
+  token is the one to use; an uninstall or a revoked token deletes it (bolt's revocation
+  listeners).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.authorization.async_authorize import AsyncAuthorize
 from slack_bolt.context.async_context import AsyncBoltContext
+from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
 
 
 class BotIdentity(AsyncAuthorize):
@@ -50,6 +57,41 @@ class BotIdentity(AsyncAuthorize):
             bot_token=self.token,
             bot_user_id=self.user_id,
             bot_id=self.bot_id,
+        )
+
+
+class InstalledBot(AsyncAuthorize):
+    """Bolt's `authorize` with OAuth installs: the stored bot of the event's workspace or org,
+    None (bolt answers without storing anything) where the app is not installed."""
+
+    def __init__(self, store: AsyncInstallationStore) -> None:
+        super().__init__()
+        self._store = store
+
+    async def __call__(
+        self,
+        *,
+        context: AsyncBoltContext,
+        enterprise_id: str | None,
+        team_id: str | None,
+        user_id: str | None,
+        actor_enterprise_id: str | None = None,
+        actor_team_id: str | None = None,
+        actor_user_id: str | None = None,
+    ) -> AuthorizeResult | None:
+        bot = await self._store.async_find_bot(
+            enterprise_id=enterprise_id, team_id=team_id, is_enterprise_install=context.is_enterprise_install
+        )
+        if bot is None:
+            return None
+        return AuthorizeResult(
+            enterprise_id=enterprise_id,
+            team_id=team_id,
+            user_id=user_id,
+            bot_token=bot.bot_token,
+            bot_user_id=bot.bot_user_id,
+            bot_id=bot.bot_id,
+            bot_scopes=bot.bot_scopes,
         )
 
 

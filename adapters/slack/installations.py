@@ -3,8 +3,9 @@ workspaces made by OAuth, stored in the service database.
 
 OAuth installs are kept by slack-sdk's SQLAlchemy stores (tables `oauth_installations`,
 `oauth_bots`, `oauth_states`; created by the gateway's migrations) on the service's own engine, so every
-replica and worker process sees an install, and an uninstall, at once. slack-bolt uses the same
-stores to authorize incoming events; the answering side asks `bot_token(team)` per message.
+replica and worker process sees an install, and an uninstall, at once. Incoming events are
+authorized from the same stores (`adapters.slack.bot_identity.InstalledBot`, without asking Slack);
+the answering side asks `bot_token(team)` per message.
 
 An org-wide install (Enterprise Grid) is stored under its enterprise with no team; events from
 its workspaces name both, and `remember_enterprise` records which enterprise a workspace
