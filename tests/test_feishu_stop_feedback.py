@@ -15,6 +15,7 @@ from tests.fakes.anthropic_api import FakeAnthropic, Reply, text, tool_use
 from tests.fakes.feishu_api import FakeFeishu
 from tests.fakes.feishu_events import (
     bot_mention,
+    card_action,
     card_click,
     encrypted_body,
     form_submit,
@@ -117,6 +118,9 @@ async def test_a_thumbs_up_asks_the_feishu_data_owner_and_their_approval_teaches
                 assert (await post(gw, approve))["toast"]["type"] == "success"
                 shown = json.dumps(review.shown, ensure_ascii=False)
                 assert f"Approved by <at id={OWNER}></at>" in shown and "example_approve" not in shown
+                # A click naming no possible example is ignored (answered, nothing changed).
+                hostile = card_action({"example_id": 10**30, "choice": "reject"}, open_id=OWNER, chat_id=OWNER)
+                assert await post(gw, hostile) == {}
 
                 await post(gw, question("om_q2"))
                 await gw.settled(timeout=30)

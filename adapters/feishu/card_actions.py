@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from adapters.approval_clicks import ClickAnswer, accept_click
 from adapters.base import AcceptMessage, ActOnAlert, FeedbackActions, FeedbackClick, LookupApproval, PlatformId
@@ -75,7 +75,7 @@ class _FeedbackValue(BaseModel):
 
 
 class _ExampleValue(BaseModel):
-    example_id: int
+    example_id: int = Field(ge=1, lt=2**31)  # a proposal's row id (an INTEGER column)
     choice: ClickChoice
     language: Language = Language.EN
 

@@ -64,6 +64,8 @@ SIGNATURE_HEADER = "X-Slack-Signature"
 # Slack's replay window (bolt and slack_sdk's SignatureVerifier use the same).
 TIMESTAMP_WINDOW_S = 5 * 60
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
+# A proposed example's row id, as its review buttons carry it (an INTEGER column).
+_PROPOSAL_ID = re.compile(r"[1-9][0-9]{0,8}")
 
 class _Rejected(Exception):
     def __init__(self, status: int, reason: str) -> None:
@@ -408,7 +410,7 @@ class SlackAdapter:
         user_id = str((body.get("user") or {}).get("id") or "")
         proposal = None
         value = str(action.get("value") or "")
-        if self._feedback is not None and value.isdigit() and user_id:
+        if self._feedback is not None and _PROPOSAL_ID.fullmatch(value) and user_id:
             approve = action.get("action_id") == EXAMPLE_APPROVE_ACTION
             proposal = await self._feedback.decide_example(self.platform, int(value), approve, user_id)
         await ack()
