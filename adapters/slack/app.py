@@ -119,8 +119,7 @@ class SlackAdapter:
             self.bolt = AsyncApp(
                 client=AsyncWebClient(base_url=config.api_url),  # no token: each workspace's own
                 oauth_settings=oauth_settings(config, self.installations),
-                # Bolt's own calls auth.test on every event. Bolt takes an `AsyncAuthorize` as is,
-                # None included ("not installed"), though its annotation says a result always.
+                # Bolt's own calls auth.test on every event (the ignore: see `bot_identity`).
                 authorize=InstalledBot(self.installations.store),  # type: ignore[arg-type]
                 **common,
             )
@@ -133,7 +132,7 @@ class SlackAdapter:
             # client instead. Bolt's own authorization would call auth.test on an event's
             # acknowledgement path; `BotIdentity` never does.
             self.identity = BotIdentity(config.bot_token.get_secret_value())
-            self.bolt = AsyncApp(token=self.identity.token, authorize=self.identity, **common)
+            self.bolt = AsyncApp(token=self.identity.token, authorize=self.identity, **common)  # type: ignore[arg-type]
         self.client = self.bolt.client
         self.client.base_url = config.api_url
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=3))

@@ -16,6 +16,8 @@ answers it 200 with an error text (Slack does not send it again: the event is lo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from slack_bolt.authorization import AuthorizeResult
@@ -24,49 +26,23 @@ from slack_bolt.context.async_context import AsyncBoltContext
 from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
 
 
-class BotIdentity(AsyncAuthorize):
-    """Bolt's `authorize`: the bot token and, once auth.test has answered, the bot's user and
-    bot ids. Always a result, from what is known now."""
+@dataclass(frozen=True)
+class KnownBot:
+    """What bolt needs to know of the bot an event is for."""
 
-    def __init__(self, token: str) -> None:
-        super().__init__()
-        self.token = token
-        self.user_id: str | None = None
-        self.bot_id: str | None = None
-
-    def learn(self, auth_test: Any) -> None:
-        """Keep the ids from an auth.test answer."""
-        self.user_id = auth_test.get("user_id")
-        self.bot_id = auth_test.get("bot_id")
-
-    async def __call__(
-        self,
-        *,
-        context: AsyncBoltContext,
-        enterprise_id: str | None,
-        team_id: str | None,
-        user_id: str | None,
-        actor_enterprise_id: str | None = None,
-        actor_team_id: str | None = None,
-        actor_user_id: str | None = None,
-    ) -> AuthorizeResult:
-        return AuthorizeResult(
-            enterprise_id=enterprise_id,
-            team_id=team_id,
-            user_id=user_id,
-            bot_token=self.token,
-            bot_user_id=self.user_id,
-            bot_id=self.bot_id,
-        )
+    token: str | None
+    user_id: str | None = None
+    bot_id: str | None = None
+    scopes: Sequence[str] | None = None
 
 
-class InstalledBot(AsyncAuthorize):
-    """Bolt's `authorize` with OAuth installs: the stored bot of the event's workspace or org,
-    None (bolt answers without storing anything) where the app is not installed."""
+class _KnownBotAuthorize(AsyncAuthorize):
+    """Bolt's `authorize` from a bot known here: `find` says which (None: not installed, and
+    bolt answers the event without a listener). Bolt takes an `AsyncAuthorize` as is, None
+    included, though `AsyncApp`'s annotation of `authorize` says a result always."""
 
-    def __init__(self, store: AsyncInstallationStore) -> None:
-        super().__init__()
-        self._store = store
+    async def find(self, context: AsyncBoltContext, enterprise_id: str | None, team_id: str | None) -> KnownBot | None:
+        raise NotImplementedError
 
     async def __call__(
         self,
@@ -79,20 +55,54 @@ class InstalledBot(AsyncAuthorize):
         actor_team_id: str | None = None,
         actor_user_id: str | None = None,
     ) -> AuthorizeResult | None:
-        bot = await self._store.async_find_bot(
-            enterprise_id=enterprise_id, team_id=team_id, is_enterprise_install=context.is_enterprise_install
-        )
+        bot = await self.find(context, enterprise_id, team_id)
         if bot is None:
             return None
         return AuthorizeResult(
             enterprise_id=enterprise_id,
             team_id=team_id,
             user_id=user_id,
-            bot_token=bot.bot_token,
-            bot_user_id=bot.bot_user_id,
+            bot_token=bot.token,
+            bot_user_id=bot.user_id,
             bot_id=bot.bot_id,
-            bot_scopes=bot.bot_scopes,
+            bot_scopes=bot.scopes,
         )
+
+
+class BotIdentity(_KnownBotAuthorize):
+    """The bot token and, once auth.test has answered, the bot's user and bot ids: always a
+    result, from what is known now."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self.token = token
+        self.user_id: str | None = None
+        self.bot_id: str | None = None
+
+    def learn(self, auth_test: Any) -> None:
+        """Keep the ids from an auth.test answer."""
+        self.user_id = auth_test.get("user_id")
+        self.bot_id = auth_test.get("bot_id")
+
+    async def find(self, context: AsyncBoltContext, enterprise_id: str | None, team_id: str | None) -> KnownBot:
+        return KnownBot(self.token, self.user_id, self.bot_id)
+
+
+class InstalledBot(_KnownBotAuthorize):
+    """With OAuth installs: the stored bot of the event's workspace or org, None where the app
+    is not installed."""
+
+    def __init__(self, store: AsyncInstallationStore) -> None:
+        super().__init__()
+        self._store = store
+
+    async def find(self, context: AsyncBoltContext, enterprise_id: str | None, team_id: str | None) -> KnownBot | None:
+        bot = await self._store.async_find_bot(
+            enterprise_id=enterprise_id, team_id=team_id, is_enterprise_install=context.is_enterprise_install
+        )
+        if bot is None:
+            return None
+        return KnownBot(bot.bot_token, bot.bot_user_id, bot.bot_id, bot.bot_scopes)
 
 
 def delivered_to_bot_user(body: dict[str, Any]) -> str | None:
