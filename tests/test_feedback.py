@@ -144,6 +144,10 @@ async def test_thumbs_up_teaches_an_example_once_its_owner_confirms_it(gateway, 
     before = anthropic.requests[3].body["messages"][-1]["content"][0]["content"]
     assert SHOP_SQL not in before
 
+    # A button value naming no possible example changes nothing (and is no server error).
+    forged = json.loads(json.dumps(review).replace(f'"value": "{review_id(review)}"', '"value": "99999999999999999999"'))
+    assert await interact(gateway, block_actions(forged, EXAMPLE_APPROVE_ACTION, OWNER)) == 200
+    assert len(slack.calls_to("chat.update")) == 0
     # Someone who is not an owner cannot confirm it; the owner can.
     assert await interact(gateway, block_actions(review, EXAMPLE_APPROVE_ACTION, "U1")) == 200
     assert await interact(gateway, block_actions(review, EXAMPLE_APPROVE_ACTION, OWNER)) == 200
@@ -153,3 +157,10 @@ async def test_thumbs_up_teaches_an_example_once_its_owner_confirms_it(gateway, 
     await gateway.settled()
     after = anthropic.requests[5].body["messages"][-1]["content"][0]["content"]
     assert SHOP_SQL in after
+
+
+def review_id(review: dict) -> str:
+    """The proposal id an example review's Approve button carries."""
+    [value] = [e["value"] for b in review["blocks"] if b["type"] == "actions" for e in b["elements"]
+               if e["action_id"] == EXAMPLE_APPROVE_ACTION]  # fmt: skip
+    return str(value)

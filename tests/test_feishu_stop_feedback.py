@@ -86,7 +86,9 @@ async def test_stop_button_ends_the_turn_and_feedback_buttons_rate_the_answer(tm
                 assert summary.comments == ["feishu:ou_other: The October numbers are missing."]
 
 
-async def test_a_thumbs_up_asks_the_feishu_data_owner_and_their_approval_teaches_the_example(tmp_path: Path) -> None:
+async def test_a_thumbs_up_asks_the_feishu_data_owner_and_their_approval_teaches_the_example(
+    database_url: str, tmp_path: Path
+) -> None:
     with FakeFeishu() as feishu:
         async with FakeAnthropic() as anthropic:
             anthropic.script(
@@ -96,7 +98,7 @@ async def test_a_thumbs_up_asks_the_feishu_data_owner_and_their_approval_teaches
                 Reply([text("Using the verified example.")]),
             )
             shop = shop_source(tmp_path, f"feishu:{OWNER}")
-            settings = feishu_gateway_settings(f"sqlite:///{tmp_path / 'gw.db'}", tmp_path, anthropic, feishu, **shop)
+            settings = feishu_gateway_settings(database_url, tmp_path, anthropic, feishu, **shop)
             async with running_gateway(settings) as gw:
                 await post(gw, question("om_q1"))
                 await gw.settled(timeout=30)
