@@ -5,10 +5,11 @@ Events arrive either over HTTP (POST /slack/events, `SlackAdapter.handle`) or ov
 starts and stops it). Bolt runs with
 `process_before_response=True` so the listener — which commits the message to the inbox —
 finishes before Slack gets its 200 or its envelope ack. The listener does nothing slow and
-nothing on the way calls the Web API: bolt learns who the bot is from `adapters.slack.bot_identity`
-(with a bot token, the start-up check's auth.test or the event's own `authorizations`; with OAuth
-installs, the workspace's installation in the service database). (The sender's locale is looked up by the
-worker that answers: `SlackResponder.user_locale`.)
+nothing on the way calls the Web API: bolt learns who the bot is from
+`adapters.slack.bot_identity` (with a bot token, the start-up check's auth.test or the event's
+own `authorizations`; with OAuth installs, the workspace's installation in the service
+database). The sender's locale is looked up by the worker that answers
+(`SlackResponder.user_locale`).
 
 The bot token is SLACK_BOT_TOKEN's, or with SLACK_CLIENT_ID / SLACK_CLIENT_SECRET each
 workspace's own from its OAuth install (`adapters.slack.installations`): bolt's install flow is
